@@ -1,0 +1,62 @@
+//! Built-in defaults: the last step of the precedence (object, policies by priority, these).
+
+use std::time::Duration;
+
+/// Default set point: the failure rate treated as background noise.
+pub const SET_POINT: f64 = 0.05;
+/// Default maximum permits per pod.
+pub const MAX_PERMITS: u32 = 16;
+/// Smallest default reaction size.
+pub const MIN_REACTION: u32 = 20;
+/// Default first probe interval.
+pub const PROBE_INITIAL: Duration = Duration::from_secs(2);
+/// Default largest probe interval.
+pub const PROBE_MAX: Duration = Duration::from_secs(60);
+/// Default reaction size for a given maximum of permits: max(20, maxPermits).
+pub const fn reaction(max_permits: u32) -> u32 {
+    if max_permits > MIN_REACTION {
+        max_permits
+    } else {
+        MIN_REACTION
+    }
+}
+
+/// Default `rate()` window of the default queries.
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
+/// Default staleness bound for samples.
+pub const STALE_AFTER: Duration = Duration::from_secs(60);
+/// Default Prometheus query timeout.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default minimum replicas.
+pub const MIN_REPLICAS: i32 = 1;
+/// Default maximum replicas.
+pub const MAX_REPLICAS: i32 = 10;
+/// Default target queue age.
+pub const TARGET_QUEUE_AGE: Duration = Duration::from_secs(60);
+/// Default hold threshold on fleet backoff.
+pub const HOLD_BACKOFF_ABOVE: f64 = 0.2;
+/// Default time above the hold threshold before holding.
+pub const HOLD_FOR: Duration = Duration::from_secs(30);
+/// Default release threshold on fleet backoff.
+pub const RELEASE_BACKOFF_BELOW: f64 = 0.05;
+/// Default time below the release threshold before releasing.
+pub const RELEASE_FOR: Duration = Duration::from_secs(60);
+/// Default pods added per scale-up period.
+pub const SCALE_UP_MAX_PODS: i32 = 4;
+/// Default percent added per scale-up period.
+pub const SCALE_UP_MAX_PERCENT: i32 = 100;
+/// Default scale-up period.
+pub const SCALE_UP_PERIOD: Duration = Duration::from_secs(15);
+/// Default percent removed per scale-down period.
+pub const SCALE_DOWN_MAX_PERCENT: i32 = 10;
+/// Default scale-down period.
+pub const SCALE_DOWN_PERIOD: Duration = Duration::from_secs(60);
+/// Default scale-down stabilization window.
+pub const SCALE_DOWN_STABILIZATION: Duration = Duration::from_secs(300);
+/// Default ramp stages, percent of the way to the target.
+pub const RAMP_STAGES: [i32; 4] = [25, 50, 75, 100];
+/// Default dwell per ramp stage.
+pub const RAMP_DWELL: Duration = Duration::from_secs(60);
+/// Default ramp abort threshold on fleet backoff.
+pub const RAMP_ABORT_ABOVE: f64 = 0.2;

@@ -1,0 +1,931 @@
+//! `backpressure.dev/v1alpha1`: the `WorkerBackpressure` and `BackpressurePolicy` resources.
+//!
+//! Every spec field is optional on purpose. The effective value of a field is, in order: the
+//! object's own value, then the matching `BackpressurePolicy` objects by priority, then the
+//! built-in default named in the field's documentation ([`crate::defaults`]). Limits in a
+//! policy always win. Leaving defaults out of the stored object is what lets a platform team
+//! change a default for the whole fleet without touching every object.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::duration::Duration;
+
+/// API group of every resource in this crate.
+pub const GROUP: &str = "backpressure.dev";
+/// API version of this module's resources.
+pub const VERSION: &str = "v1alpha1";
+
+// ---------------------------------------------------------------------------------------------
+// WorkerBackpressure
+// ---------------------------------------------------------------------------------------------
+
+/// Backpressure-aware autoscaling for one queue worker workload.
+///
+/// The operator pushes the worker controller configuration (`spec.worker`) to the workload's
+/// pods, reads fleet backoff and queue metrics from Prometheus, and scales the target through its
+/// `/scale` subresource: it scales out for a genuine backlog, holds while the fleet's backoff
+/// shows the dependency is failing, and ramps up in stages after recovery.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "backpressure.dev",
+    version = "v1alpha1",
+    kind = "WorkerBackpressure",
+    plural = "workerbackpressures",
+    singular = "workerbackpressure",
+    shortname = "wbp",
+    category = "backpressure",
+    namespaced,
+    status = "WorkerBackpressureStatus",
+    printcolumn(
+        name = "Target",
+        type_ = "string",
+        json_path = ".spec.targetRef.name",
+        description = "The scaled workload"
+    ),
+    printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.mode",
+        priority = 1,
+        description = "Active, DryRun or Guard"
+    ),
+    printcolumn(
+        name = "Regime",
+        type_ = "string",
+        json_path = ".status.regime",
+        description = "What the operator last decided the fleet is in"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.replicas.current",
+        description = "Current replicas of the target"
+    ),
+    printcolumn(
+        name = "Desired",
+        type_ = "integer",
+        json_path = ".status.replicas.desired",
+        description = "Replicas the operator wants"
+    ),
+    printcolumn(
+        name = "Recommended",
+        type_ = "integer",
+        json_path = ".status.replicas.recommended",
+        priority = 1,
+        description = "Replicas a backlog-only autoscaler would pick"
+    ),
+    printcolumn(
+        name = "Backoff",
+        type_ = "number",
+        json_path = ".status.fleet.backoff",
+        description = "Fleet backoff factor in [0,1]"
+    ),
+    printcolumn(
+        name = "Queue Age",
+        type_ = "number",
+        json_path = ".status.fleet.queueAge",
+        description = "Age in seconds of the oldest message on its first attempt"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.mode != 'Guard' || has(self.guard)").message("spec.guard is required when spec.mode is Guard").field_path(".guard").reason(Reason::FieldValueRequired))]
+pub struct WorkerBackpressureSpec {
+    /// The workload to scale: anything that serves the `/scale` subresource (Deployment,
+    /// StatefulSet, or a custom resource), in the same namespace.
+    pub target_ref: TargetRef,
+
+    /// `Active` (default) scales the target; `DryRun` decides and reports everything, including
+    /// what it would have done, and never writes to the target; `Guard` leaves scaling to an
+    /// existing HPA or KEDA ScaledObject (`spec.guard`) and only clamps its scale-out while the
+    /// dependency fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+
+    /// Stop deciding and acting for this object. Status says `Suspended`; the target and its
+    /// pods are left as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+
+    /// The autoscaler to guard in `Guard` mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardRef>,
+
+    /// The worker controller configuration pushed to every pod of the target (the wire
+    /// contract in `backpressure_api::wire`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerSpec>,
+
+    /// Where fleet backoff and queue metrics come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsSpec>,
+
+    /// How replicas are chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<ScalingSpec>,
+}
+
+/// A reference to the scaled workload in the object's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetRef {
+    /// API version of the target, for example `apps/v1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// Kind of the target, for example `Deployment`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Name of the target.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// What the operator may do to the target.
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+pub enum Mode {
+    /// Scale the target through its `/scale` subresource.
+    #[default]
+    Active,
+    /// Decide and report, never write to the target.
+    DryRun,
+    /// Clamp an existing HPA or KEDA ScaledObject instead of scaling directly.
+    Guard,
+}
+
+/// The autoscaler guarded in `Guard` mode.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardRef {
+    /// `HorizontalPodAutoscaler` (autoscaling/v2) or `ScaledObject` (keda.sh/v1alpha1).
+    pub kind: GuardKind,
+    /// Name of the autoscaler in the object's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Kinds of autoscaler that `Guard` mode can clamp.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GuardKind {
+    /// An autoscaling/v2 HorizontalPodAutoscaler.
+    #[default]
+    HorizontalPodAutoscaler,
+    /// A KEDA ScaledObject.
+    ScaledObject,
+}
+
+/// The in-pod backpressure controller's configuration.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerSpec {
+    /// Controller algorithm: `SetPoint` (default), `RatioThrottle`, `Fixed` or `Off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Algorithm>,
+
+    /// Failure rate treated as background noise, in (0, 1). Backoff grows only while the
+    /// dependency failure rate is above it. Defaults to 0.05. Expected dead letters are about
+    /// messages × setPoint^R for R delivery attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self < 1.0").message("setPoint must be greater than 0 and less than 1"))]
+    pub set_point: Option<f64>,
+
+    /// Reaction size N: the number of dependency failures (net of successes) that take the
+    /// backoff factor from 0 to 1. Defaults to max(20, maxPermits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub reaction: Option<u32>,
+
+    /// Messages a pod may process at once with no backoff. Defaults to 16.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_permits: Option<u32>,
+
+    /// How a fully backed-off worker probes the dependency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeSpec>,
+}
+
+/// Worker controller algorithms (see `backpressure-worker`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Set-point integrator with probing and slow start (default).
+    #[default]
+    SetPoint,
+    /// Google SRE client-side throttling with K = 1/(1 - setPoint).
+    RatioThrottle,
+    /// A fixed number of permits, no backoff.
+    Fixed,
+    /// No throttling: maxPermits always.
+    Off,
+}
+
+/// Probing while fully backed off.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.initialInterval) || !has(self.maxInterval) || duration(self.initialInterval) <= duration(self.maxInterval)").message("probe.initialInterval must not exceed probe.maxInterval").field_path(".initialInterval"))]
+pub struct ProbeSpec {
+    /// First interval between probes once fully backed off. Defaults to 2s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_interval: Option<Duration>,
+    /// The probe interval doubles up to this. Defaults to 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_interval: Option<Duration>,
+}
+
+/// Metrics sources.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsSpec {
+    /// The Prometheus that scrapes the workers and the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusSpec>,
+
+    /// Value of the `workload` label that the workers and the queue exporter put on their
+    /// series. Defaults to `spec.targetRef.name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub workload: Option<String>,
+
+    /// PromQL overrides, one per metric kind. Each query must return one series per workload
+    /// labelled `namespace` and `workload`, for all workloads at once: the operator runs each
+    /// distinct query once per interval and picks this object's series by those labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries: Option<QueryOverrides>,
+
+    /// Window of the `rate()` in the default queries. Defaults to 1m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_window: Option<Duration>,
+
+    /// A sample older than this is unknown, never zero. Defaults to 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_after: Option<Duration>,
+}
+
+/// Connection to Prometheus.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusSpec {
+    /// Base URL of the Prometheus HTTP API, for example `http://prometheus.monitoring:9090`.
+    /// Defaults to the operator's `--prometheus-url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message("address must be an http:// or https:// URL"))]
+    pub address: Option<String>,
+    /// Timeout of each query. Defaults to 5s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// A Secret in the object's namespace holding a bearer token (key `token`) or basic-auth
+    /// credentials (keys `username` and `password`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// A reference to a Secret in the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// PromQL overrides per metric kind.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueryOverrides {
+    /// Fleet backoff factor in [0,1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
+    /// Dependency failures per attempt, in [0,1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_rate: Option<String>,
+    /// Age in seconds of the oldest message on its first attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_age: Option<String>,
+    /// Messages waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<String>,
+    /// Messages arriving per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_rate: Option<String>,
+    /// Messages completed per second by the whole fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_rate: Option<String>,
+}
+
+/// How replicas are chosen.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.minReplicas) ? self.minReplicas : 1) <= (has(self.maxReplicas) ? self.maxReplicas : 10)").message("minReplicas must not exceed maxReplicas (defaults: 1 and 10)").field_path(".minReplicas"))]
+#[x_kube(validation = Rule::new("(has(self.release) && has(self.release.backoffBelow) ? self.release.backoffBelow : 0.05) < (has(self.hold) && has(self.hold.backoffAbove) ? self.hold.backoffAbove : 0.2)").message("release.backoffBelow must be below hold.backoffAbove (defaults: 0.05 and 0.2)").field_path(".release.backoffBelow"))]
+pub struct ScalingSpec {
+    /// Fewest replicas, never undercut, also not on missing metrics. Defaults to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100000))]
+    pub min_replicas: Option<i32>,
+
+    /// Most replicas. Defaults to 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_replicas: Option<i32>,
+
+    /// Age of the oldest first-attempt message the workload is willing to serve; the backlog
+    /// sizing aims to keep the queue age at or below it. Defaults to 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_queue_age: Option<Duration>,
+
+    /// When to stop scale-out because the dependency is failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldSpec>,
+
+    /// When a hold ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<ReleaseSpec>,
+
+    /// Scale-out step limits (HPA-style).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_up: Option<ScaleUpSpec>,
+
+    /// Scale-in step limits and stabilization (HPA-style).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_down: Option<ScaleDownSpec>,
+
+    /// The staged ramp after a hold is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp_up: Option<RampUpSpec>,
+
+    /// What to do while metrics are missing, stale or NaN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_metrics_unavailable: Option<MetricsFallback>,
+}
+
+/// Hold: no scale-out while the fleet is backed off.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldSpec {
+    /// Fleet backoff above which scale-out is held. Defaults to 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("backoffAbove must be greater than 0 and at most 1"))]
+    pub backoff_above: Option<f64>,
+    /// How long backoff must stay above the threshold before the hold starts. Defaults to 30s.
+    #[serde(rename = "for", default, skip_serializing_if = "Option::is_none")]
+    pub for_: Option<Duration>,
+    /// Allow scale-in while held (the backlog is not served anyway). Defaults to false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_scale_in: Option<bool>,
+}
+
+/// Release: the end of a hold.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseSpec {
+    /// Fleet backoff below which a hold may end. Must be below `hold.backoffAbove`.
+    /// Defaults to 0.05.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0.0 && self < 1.0").message("backoffBelow must be at least 0 and less than 1"))]
+    pub backoff_below: Option<f64>,
+    /// How long backoff must stay below the threshold. Defaults to 60s.
+    #[serde(rename = "for", default, skip_serializing_if = "Option::is_none")]
+    pub for_: Option<Duration>,
+}
+
+/// Scale-out limits per period: the larger of `maxPods` and `maxPercent` of current replicas.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleUpSpec {
+    /// Pods that may be added per period. Defaults to 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_pods: Option<i32>,
+    /// Percent of current replicas that may be added per period. Defaults to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_percent: Option<i32>,
+    /// The period. Defaults to 15s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Duration>,
+}
+
+/// Scale-in limits and stabilization.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleDownSpec {
+    /// Percent of current replicas that may be removed per period. Defaults to 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_percent: Option<i32>,
+    /// The period. Defaults to 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Duration>,
+    /// Scale in only to the highest recommendation of this window. Defaults to 300s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stabilization: Option<Duration>,
+}
+
+/// The staged ramp after recovery.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RampUpSpec {
+    /// Percent of the way from the held replicas to the backlog-sized target at each stage:
+    /// strictly increasing, ending at 100. Defaults to [25, 50, 75, 100].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 10), inner(range(min = 1, max = 100)))]
+    #[x_kube(
+        merge_strategy = ListMerge::Set,
+        validation = Rule::new("self.isSorted()").message("stages must be strictly increasing"),
+        validation = Rule::new("self.size() > 0 && self[self.size() - 1] == 100").message("stages must end at 100"),
+    )]
+    pub stages: Option<Vec<i32>>,
+    /// Time at each stage before the next. Defaults to 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dwell: Option<Duration>,
+    /// Fleet backoff above which the ramp is aborted back to hold. Defaults to 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("abortAbove must be greater than 0 and at most 1"))]
+    pub abort_above: Option<f64>,
+}
+
+/// Fallback while metrics are unavailable.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.policy) || self.policy == 'Hold' || has(self.replicas)").message("replicas is required for the Static and IfHigher policies").field_path(".replicas").reason(Reason::FieldValueRequired))]
+pub struct MetricsFallback {
+    /// `Hold` (default) keeps the current replicas; `Static` sets `replicas`; `IfHigher` scales
+    /// up to `replicas` if below, never down. Never scales to zero on missing data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<FallbackPolicy>,
+    /// Replicas for `Static` and `IfHigher`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub replicas: Option<i32>,
+}
+
+/// Fallback policies.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FallbackPolicy {
+    /// Keep the current replicas.
+    #[default]
+    Hold,
+    /// Set a fixed replica count.
+    Static,
+    /// Raise to a replica count, never lower.
+    IfHigher,
+}
+
+/// What the operator observed and decided, and why.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerBackpressureStatus {
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The regime the fleet is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regime: Option<Regime>,
+
+    /// Replica counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicaStatus>,
+
+    /// The staged ramp in progress, if any. The operator resumes it from here after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<RampStatus>,
+
+    /// Hysteresis and stabilization state the decision carries from one reconcile to the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracking: Option<TrackingStatus>,
+
+    /// The fleet snapshot the last decision used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetStatus>,
+
+    /// Worker configuration rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigStatus>,
+
+    /// The last scaling decision (hold, scale out, scale in, ramp stage...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<DecisionRecord>,
+
+    /// Policies applied to this object, by name, in precedence order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policies: Option<Vec<String>>,
+
+    /// Values a policy limit overrode: field path to a description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<BTreeMap<String, String>>,
+
+    /// Ready, DependencyHealthy, ScaleOutHeld, Ramping, MetricsAvailable, ConfigInSync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+/// The regimes of the fleet.
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+pub enum Regime {
+    /// The queue is served within its target age.
+    #[default]
+    Healthy,
+    /// The producer outpaces a healthy fleet: scale out.
+    Backlogged,
+    /// Backoff shows the dependency is failing: scale-out held.
+    DependencyFailing,
+    /// The dependency recovered: staged ramp in progress.
+    Recovering,
+    /// Metrics missing, stale or NaN: the fallback applies.
+    MetricsUnavailable,
+    /// `spec.suspend` is true.
+    Suspended,
+}
+
+impl Regime {
+    /// All regimes, in declaration order (metrics export every label value).
+    pub const ALL: [Regime; 6] = [
+        Regime::Healthy,
+        Regime::Backlogged,
+        Regime::DependencyFailing,
+        Regime::Recovering,
+        Regime::MetricsUnavailable,
+        Regime::Suspended,
+    ];
+
+    /// The name as written in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Regime::Healthy => "Healthy",
+            Regime::Backlogged => "Backlogged",
+            Regime::DependencyFailing => "DependencyFailing",
+            Regime::Recovering => "Recovering",
+            Regime::MetricsUnavailable => "MetricsUnavailable",
+            Regime::Suspended => "Suspended",
+        }
+    }
+}
+
+/// Replica counts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    /// Replicas of the target at the last observation.
+    pub current: i32,
+    /// Replicas the operator wants.
+    pub desired: i32,
+    /// What a backlog-only autoscaler would pick (no hold, no ramp).
+    pub recommended: i32,
+}
+
+/// A staged ramp.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RampStatus {
+    /// The stage reached, 1-based.
+    pub stage: i32,
+    /// Number of stages.
+    pub of: i32,
+    /// Replicas when the ramp started.
+    pub from: i32,
+    /// Replicas the ramp is heading to.
+    pub to: i32,
+    /// When the current stage started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_started_at: Option<Time>,
+    /// When the next stage may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_stage_at: Option<Time>,
+    /// How many ramps were aborted back to hold since the last full recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborts: Option<i32>,
+}
+
+/// State carried between reconciles for hysteresis and stabilization.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TrackingStatus {
+    /// Since when fleet backoff has been above `hold.backoffAbove` without interruption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_hold_since: Option<Time>,
+    /// Since when fleet backoff has been below `release.backoffBelow` without interruption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below_release_since: Option<Time>,
+    /// When the target was last scaled out by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_up: Option<Time>,
+    /// When the target was last scaled in by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_down: Option<Time>,
+    /// Recommendation change points inside the scale-down stabilization window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendations: Option<Vec<RecommendationPoint>>,
+}
+
+/// A recommendation that held from `since` until the next point.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationPoint {
+    /// When this recommendation was first made.
+    pub since: Time,
+    /// The recommended replicas.
+    pub replicas: i32,
+}
+
+/// A fleet snapshot. Absent values were unknown (missing, NaN or stale), never zero.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatus {
+    /// Mean backoff factor of the fleet, in [0,1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<f64>,
+    /// Dependency failures per attempt, in [0,1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_rate: Option<f64>,
+    /// Age in seconds of the oldest first-attempt message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_age: Option<f64>,
+    /// Messages waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<f64>,
+    /// Messages arriving per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_rate: Option<f64>,
+    /// Messages completed per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_rate: Option<f64>,
+    /// Ready pods of the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_pods: Option<i32>,
+    /// When the metrics were read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_at: Option<Time>,
+}
+
+/// Worker configuration rollout.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigStatus {
+    /// Content hash of the rendered worker configuration.
+    pub hash: String,
+    /// Ready pods that report running this hash.
+    pub pods_in_sync: i32,
+    /// Ready pods of the target.
+    pub pods_total: i32,
+}
+
+/// Scaling actions.
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+pub enum Action {
+    /// Nothing to change.
+    #[default]
+    None,
+    /// Replicas increased for a backlog.
+    ScaleOut,
+    /// Replicas decreased.
+    ScaleIn,
+    /// Scale-out withheld because the dependency is failing.
+    HoldScaleOut,
+    /// A ramp stage started.
+    RampStage,
+    /// A ramp was aborted because backoff rose again.
+    AbortRamp,
+    /// The metrics-unavailable fallback was applied.
+    Fallback,
+}
+
+impl Action {
+    /// All actions, in declaration order.
+    pub const ALL: [Action; 7] = [
+        Action::None,
+        Action::ScaleOut,
+        Action::ScaleIn,
+        Action::HoldScaleOut,
+        Action::RampStage,
+        Action::AbortRamp,
+        Action::Fallback,
+    ];
+
+    /// The name as written in status and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "None",
+            Action::ScaleOut => "ScaleOut",
+            Action::ScaleIn => "ScaleIn",
+            Action::HoldScaleOut => "HoldScaleOut",
+            Action::RampStage => "RampStage",
+            Action::AbortRamp => "AbortRamp",
+            Action::Fallback => "Fallback",
+        }
+    }
+}
+
+/// One decision, with its reason in words and numbers.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord {
+    /// When it was made.
+    pub time: Time,
+    /// What was decided.
+    pub action: Action,
+    /// Replicas before.
+    pub from: i32,
+    /// Replicas after (or that would have been set in DryRun).
+    pub to: i32,
+    /// Why, for example "fleet backoff 0.31 > 0.20 for 45s".
+    pub reason: String,
+    /// True when the decision was not applied because of DryRun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// BackpressurePolicy
+// ---------------------------------------------------------------------------------------------
+
+/// Fleet-wide defaults and guardrails for the WorkerBackpressure objects in the namespaces it
+/// selects. Precedence: the object's own value, then policies by descending priority (ties by
+/// name), then built-in defaults; limits always win.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "backpressure.dev",
+    version = "v1alpha1",
+    kind = "BackpressurePolicy",
+    plural = "backpressurepolicies",
+    singular = "backpressurepolicy",
+    shortname = "bpp",
+    category = "backpressure",
+    status = "BackpressurePolicyStatus",
+    printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
+    printcolumn(
+        name = "Matched",
+        type_ = "integer",
+        json_path = ".status.matchedObjects",
+        description = "WorkerBackpressure objects this policy applies to"
+    ),
+    printcolumn(name = "DryRun", type_ = "boolean", json_path = ".spec.dryRun"),
+    printcolumn(
+        name = "Brake",
+        type_ = "number",
+        json_path = ".spec.brake.minBackoff",
+        description = "Emergency minimum backoff"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackpressurePolicySpec {
+    /// Namespaces whose WorkerBackpressure objects this policy applies to. Empty selects all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+
+    /// Higher priority policies are consulted first for defaults. Defaults to 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1000, max = 1000))]
+    pub priority: Option<i32>,
+
+    /// Values for fields a WorkerBackpressure leaves unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<PolicyDefaults>,
+
+    /// Bounds every matched object must respect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PolicyLimits>,
+
+    /// Fleet-wide DryRun: matched objects decide and report but never write to their targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+
+    /// Emergency brake: a minimum backoff pushed to every matched worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brake: Option<Brake>,
+}
+
+/// Defaults a policy supplies.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyDefaults {
+    /// Default mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Default worker configuration fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerSpec>,
+    /// Default metrics fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsSpec>,
+    /// Default scaling fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<ScalingSpec>,
+}
+
+/// Limits a policy enforces.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyLimits {
+    /// Largest allowed `spec.worker.setPoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self < 1.0").message("maxSetPoint must be greater than 0 and less than 1"))]
+    pub max_set_point: Option<f64>,
+    /// Largest allowed `spec.scaling.maxReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_replicas: Option<i32>,
+    /// Largest allowed `spec.scaling.scaleUp.maxPods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_scale_up_pods: Option<i32>,
+    /// Ramp stages every matched object must use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 10), inner(range(min = 1, max = 100)))]
+    #[x_kube(merge_strategy = ListMerge::Set, validation = Rule::new("self.isSorted() && self[self.size() - 1] == 100").message("requiredRampStages must be strictly increasing and end at 100"))]
+    pub required_ramp_stages: Option<Vec<i32>>,
+    /// Modes matched objects may use. Empty allows all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 3))]
+    pub allowed_modes: Option<Vec<Mode>>,
+}
+
+/// The emergency brake.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Brake {
+    /// Minimum backoff every matched worker applies, in [0,1]; 1 stops taking new messages
+    /// except probes.
+    #[x_kube(validation = Rule::new("self >= 0.0 && self <= 1.0").message("minBackoff must be between 0 and 1"))]
+    pub min_backoff: f64,
+    /// The brake lifts itself at this time, so a forgotten brake does not stay on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Time>,
+    /// Why the brake is on (shown in events and status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
+}
+
+/// What a policy currently applies to.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackpressurePolicyStatus {
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// WorkerBackpressure objects this policy matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_objects: Option<i32>,
+    /// Whether the brake is in force (false once expired).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brake_active: Option<bool>,
+    /// Ready and other conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Option<Vec<Condition>>,
+}

@@ -1,0 +1,414 @@
+//! The wire contract between the operator and the workers, version [`WIRE_VERSION`].
+//!
+//! A worker in any language implements it by:
+//!
+//! 1. Reading a [`WorkerConfig`] JSON document from a mounted file ([`CONFIG_FILE_NAME`] in the
+//!    ConfigMap the operator owns) and hot-reloading it when the file changes, and accepting the
+//!    same document as `PUT` [`CONFIG_PATH`] on its admin port ([`ADMIN_PORT_NAME`], default
+//!    [`DEFAULT_ADMIN_PORT`]). A push carries `Authorization: Bearer <token>`, a ServiceAccount
+//!    token with audience [`TOKEN_AUDIENCE`]; the worker checks it with a TokenReview and accepts
+//!    only the operator's identity. Answers: 200 with a [`ConfigAck`] when applied (or already
+//!    running), 400 for a malformed or invalid payload, 401 without a valid token, 403 for another
+//!    identity, 409 for a payload older than the running generation, 413 when too large. A
+//!    refused push leaves the running configuration unchanged. `GET` [`CONFIG_PATH`] returns the
+//!    running [`ConfigAck`].
+//! 2. Exporting the metrics named in [`metrics`] on `/metrics` of the admin port, each labelled
+//!    [`metrics::LABEL_WORKLOAD`].
+//!
+//! The content hash ([`WorkerConfig::compute_hash`]) is the first 12 hex digits of the SHA-256
+//! of the canonical JSON of the payload with `hash` left empty. Workers report the hash they run
+//! so the operator can count pods in sync.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::v1alpha1::Algorithm;
+
+/// Version of this contract, carried in every payload.
+pub const WIRE_VERSION: &str = "backpressure.dev/worker-config/v1";
+/// Audience of the ServiceAccount token presented on a push.
+pub const TOKEN_AUDIENCE: &str = "backpressure.dev";
+/// HTTP path of the configuration endpoint on the admin port.
+pub const CONFIG_PATH: &str = "/v1/config";
+/// Name of the container port the operator pushes to.
+pub const ADMIN_PORT_NAME: &str = "bp-admin";
+/// Admin port used when the pod declares no port named [`ADMIN_PORT_NAME`].
+pub const DEFAULT_ADMIN_PORT: u16 = 9464;
+/// Pod annotation that overrides the admin port number.
+pub const ADMIN_PORT_ANNOTATION: &str = "backpressure.dev/admin-port";
+/// File name of the configuration inside the operator's ConfigMap.
+pub const CONFIG_FILE_NAME: &str = "worker-config.json";
+/// Largest payload a worker must accept; larger bodies are refused with 413.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+
+/// Metric names and labels every worker and queue exporter uses.
+pub mod metrics {
+    /// Label carrying the workload name (the WorkerBackpressure's `spec.metrics.workload`).
+    pub const LABEL_WORKLOAD: &str = "workload";
+    /// Label carrying the namespace; added by Prometheus service discovery or the exporter.
+    pub const LABEL_NAMESPACE: &str = "namespace";
+    /// Label of [`OUTCOMES_TOTAL`] naming the outcome class.
+    pub const LABEL_CLASS: &str = "class";
+    /// Label of [`CONFIG_INFO`] carrying the running config hash.
+    pub const LABEL_HASH: &str = "hash";
+    /// Label of [`CONFIG_INFO`] carrying the running algorithm.
+    pub const LABEL_ALGORITHM: &str = "algorithm";
+
+    /// Gauge: the worker's backoff factor in [0,1].
+    pub const BACKOFF: &str = "backpressure_backoff_factor";
+    /// Gauge: permits (allowed concurrency) right now.
+    pub const PERMITS: &str = "backpressure_permits";
+    /// Gauge: messages being processed.
+    pub const IN_FLIGHT: &str = "backpressure_in_flight";
+    /// Counter: message outcomes by [`LABEL_CLASS`].
+    pub const OUTCOMES_TOTAL: &str = "backpressure_outcomes_total";
+    /// Counter: probes sent while fully backed off.
+    pub const PROBES_TOTAL: &str = "backpressure_probes_total";
+    /// Info gauge (value 1): the running configuration, labelled [`LABEL_HASH`] and
+    /// [`LABEL_ALGORITHM`].
+    pub const CONFIG_INFO: &str = "backpressure_config_info";
+
+    /// Gauge: age in seconds of the oldest message that has not had its first delivery attempt.
+    pub const QUEUE_AGE: &str = "backpressure_queue_oldest_age_seconds";
+    /// Gauge: messages waiting in the queue (not counting in flight).
+    pub const QUEUE_DEPTH: &str = "backpressure_queue_depth";
+    /// Counter: messages that arrived.
+    pub const QUEUE_ARRIVALS_TOTAL: &str = "backpressure_queue_arrivals_total";
+    /// Counter: messages acknowledged (completed).
+    pub const QUEUE_COMPLETIONS_TOTAL: &str = "backpressure_queue_completions_total";
+    /// Counter: messages moved to the dead-letter queue.
+    pub const QUEUE_DEAD_LETTERS_TOTAL: &str = "backpressure_queue_dead_letters_total";
+
+    /// Outcome class: processed successfully.
+    pub const CLASS_SUCCESS: &str = "success";
+    /// Outcome class: the dependency failed (drives backoff).
+    pub const CLASS_DEPENDENCY_FAILURE: &str = "dependency_failure";
+    /// Outcome class: the message itself is bad (never drives backoff).
+    pub const CLASS_MESSAGE_FAILURE: &str = "message_failure";
+    /// Outcome classes, in order.
+    pub const CLASSES: [&str; 3] = [
+        CLASS_SUCCESS,
+        CLASS_DEPENDENCY_FAILURE,
+        CLASS_MESSAGE_FAILURE,
+    ];
+}
+
+/// The configuration document pushed to every worker.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Always [`WIRE_VERSION`].
+    pub version: String,
+    /// Monotonic generation (the WorkerBackpressure's `metadata.generation` combined with policy
+    /// changes); a worker refuses a payload older than the one it runs.
+    pub generation: i64,
+    /// Content hash; see [`WorkerConfig::compute_hash`].
+    #[serde(default)]
+    pub hash: String,
+    /// The controller algorithm.
+    pub algorithm: Algorithm,
+    /// Set point in (0,1).
+    pub set_point: f64,
+    /// Reaction size N (>= 1).
+    pub reaction: u32,
+    /// Maximum permits (>= 1).
+    pub max_permits: u32,
+    /// First probe interval in milliseconds.
+    pub probe_initial_ms: u64,
+    /// Largest probe interval in milliseconds.
+    pub probe_max_ms: u64,
+    /// Emergency brake: a minimum backoff, if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brake: Option<BrakeConfig>,
+}
+
+/// The brake as the worker sees it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BrakeConfig {
+    /// Minimum backoff in [0,1].
+    pub min_backoff: f64,
+    /// Unix time in seconds at which the brake lifts itself, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_unix: Option<i64>,
+}
+
+/// The worker's answer to a push, and to `GET` [`CONFIG_PATH`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigAck {
+    /// The hash now running.
+    pub hash: String,
+    /// The generation now running.
+    pub generation: i64,
+}
+
+/// Why a configuration document was refused. Each variant names the offending field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// Not JSON, or not the shape of [`WorkerConfig`].
+    #[error("malformed worker config: {0}")]
+    Malformed(String),
+    /// A version this worker does not speak.
+    #[error("unsupported version {0:?}: expected {WIRE_VERSION:?}")]
+    Version(String),
+    /// A field out of range.
+    #[error("invalid worker config field {field}: {reason}")]
+    Field {
+        /// The field name as in the JSON document.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The hash does not match the content.
+    #[error("hash mismatch: payload says {given:?}, content hashes to {computed:?}")]
+    Hash {
+        /// The hash in the payload.
+        given: String,
+        /// The hash of the content.
+        computed: String,
+    },
+    /// Larger than [`MAX_PAYLOAD_BYTES`].
+    #[error("worker config of {0} bytes exceeds the limit of {MAX_PAYLOAD_BYTES} bytes")]
+    TooLarge(usize),
+}
+
+impl WorkerConfig {
+    /// Parses and validates a payload: JSON shape, version, ranges, and (when present) hash.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ConfigError> {
+        if bytes.len() > MAX_PAYLOAD_BYTES {
+            return Err(ConfigError::TooLarge(bytes.len()));
+        }
+        let cfg: WorkerConfig =
+            serde_json::from_slice(bytes).map_err(|e| ConfigError::Malformed(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks version, ranges and the hash (an empty hash is accepted and means "not given").
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.version != WIRE_VERSION {
+            return Err(ConfigError::Version(self.version.clone()));
+        }
+        let field = |field: &'static str, reason: String| ConfigError::Field { field, reason };
+        if !(self.set_point.is_finite() && self.set_point > 0.0 && self.set_point < 1.0) {
+            return Err(field(
+                "setPoint",
+                format!("{} is not in (0, 1)", self.set_point),
+            ));
+        }
+        if self.reaction == 0 {
+            return Err(field("reaction", "must be at least 1".into()));
+        }
+        if self.max_permits == 0 {
+            return Err(field("maxPermits", "must be at least 1".into()));
+        }
+        if self.probe_initial_ms == 0 {
+            return Err(field("probeInitialMs", "must be at least 1".into()));
+        }
+        if self.probe_max_ms < self.probe_initial_ms {
+            return Err(field(
+                "probeMaxMs",
+                format!(
+                    "{} is below probeInitialMs {}",
+                    self.probe_max_ms, self.probe_initial_ms
+                ),
+            ));
+        }
+        if self.generation < 0 {
+            return Err(field("generation", "must not be negative".into()));
+        }
+        if let Some(b) = &self.brake
+            && !(b.min_backoff.is_finite() && (0.0..=1.0).contains(&b.min_backoff))
+        {
+            return Err(field(
+                "brake.minBackoff",
+                format!("{} is not in [0, 1]", b.min_backoff),
+            ));
+        }
+        if !self.hash.is_empty() {
+            let computed = self.compute_hash();
+            if computed != self.hash {
+                return Err(ConfigError::Hash {
+                    given: self.hash.clone(),
+                    computed,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The content hash: SHA-256 over the canonical JSON with `hash` empty, first 12 hex digits.
+    pub fn compute_hash(&self) -> String {
+        let mut copy = self.clone();
+        copy.hash.clear();
+        // Serializing a struct of plain fields cannot fail; fall back to Debug just in case.
+        let bytes = serde_json::to_vec(&copy).unwrap_or_else(|_| format!("{copy:?}").into_bytes());
+        let digest = Sha256::digest(&bytes);
+        let mut hex = String::with_capacity(12);
+        for b in digest.iter().take(6) {
+            hex.push_str(&format!("{b:02x}"));
+        }
+        hex
+    }
+
+    /// Returns the payload with its hash filled in.
+    pub fn with_hash(mut self) -> Self {
+        self.hash = self.compute_hash();
+        self
+    }
+
+    /// The effective brake at `now_unix` (None once expired).
+    pub fn active_brake(&self, now_unix: i64) -> Option<f64> {
+        let b = self.brake.as_ref()?;
+        match b.expires_at_unix {
+            Some(t) if now_unix >= t => None,
+            _ => Some(b.min_backoff),
+        }
+    }
+}
+
+impl Default for WorkerConfig {
+    /// The built-in defaults of the API, as a payload.
+    fn default() -> Self {
+        use crate::defaults as d;
+        WorkerConfig {
+            version: WIRE_VERSION.to_owned(),
+            generation: 0,
+            hash: String::new(),
+            algorithm: Algorithm::SetPoint,
+            set_point: d::SET_POINT,
+            reaction: d::reaction(d::MAX_PERMITS),
+            max_permits: d::MAX_PERMITS,
+            probe_initial_ms: d::PROBE_INITIAL.as_millis() as u64,
+            probe_max_ms: d::PROBE_MAX.as_millis() as u64,
+            brake: None,
+        }
+        .with_hash()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_round_trips_and_validates() {
+        let cfg = WorkerConfig::default();
+        let bytes = serde_json::to_vec(&cfg).unwrap();
+        assert_eq!(WorkerConfig::parse(&bytes).unwrap(), cfg);
+    }
+
+    #[test]
+    fn hash_changes_with_content() {
+        let a = WorkerConfig::default();
+        let b = WorkerConfig {
+            set_point: 0.1,
+            ..a.clone()
+        }
+        .with_hash();
+        assert_ne!(a.hash, b.hash);
+        assert_eq!(a.hash.len(), 12);
+    }
+
+    #[test]
+    fn rejects_with_field_names() {
+        let base = WorkerConfig::default();
+        let cases: Vec<(WorkerConfig, &str)> = vec![
+            (
+                WorkerConfig {
+                    set_point: 1.5,
+                    hash: String::new(),
+                    ..base.clone()
+                },
+                "setPoint",
+            ),
+            (
+                WorkerConfig {
+                    set_point: f64::NAN,
+                    hash: String::new(),
+                    ..base.clone()
+                },
+                "setPoint",
+            ),
+            (
+                WorkerConfig {
+                    reaction: 0,
+                    hash: String::new(),
+                    ..base.clone()
+                },
+                "reaction",
+            ),
+            (
+                WorkerConfig {
+                    max_permits: 0,
+                    hash: String::new(),
+                    ..base.clone()
+                },
+                "maxPermits",
+            ),
+            (
+                WorkerConfig {
+                    probe_max_ms: 1,
+                    hash: String::new(),
+                    ..base.clone()
+                },
+                "probeMaxMs",
+            ),
+            (
+                WorkerConfig {
+                    brake: Some(BrakeConfig {
+                        min_backoff: 2.0,
+                        expires_at_unix: None,
+                    }),
+                    hash: String::new(),
+                    ..base.clone()
+                },
+                "brake.minBackoff",
+            ),
+        ];
+        for (cfg, field) in cases {
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{err} should name {field}");
+        }
+        let tampered = WorkerConfig {
+            set_point: 0.2,
+            ..base.clone()
+        };
+        assert!(matches!(tampered.validate(), Err(ConfigError::Hash { .. })));
+        assert!(matches!(
+            WorkerConfig::parse(b"{not json"),
+            Err(ConfigError::Malformed(_))
+        ));
+        assert!(matches!(
+            WorkerConfig::parse(&vec![b' '; MAX_PAYLOAD_BYTES + 1]),
+            Err(ConfigError::TooLarge(_))
+        ));
+        let mut v = serde_json::to_value(&base).unwrap();
+        v["surprise"] = 1.into();
+        assert!(matches!(
+            WorkerConfig::parse(&serde_json::to_vec(&v).unwrap()),
+            Err(ConfigError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn brake_expires() {
+        let cfg = WorkerConfig {
+            brake: Some(BrakeConfig {
+                min_backoff: 0.5,
+                expires_at_unix: Some(100),
+            }),
+            ..WorkerConfig::default()
+        };
+        assert_eq!(cfg.active_brake(99), Some(0.5));
+        assert_eq!(cfg.active_brake(100), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = WorkerConfig::parse(&bytes);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! backpressure-lab
