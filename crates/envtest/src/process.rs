@@ -1,0 +1,153 @@
+//! Child processes that never outlive the test binary.
+//!
+//! Each server runs under a small `sh` watchdog that polls the test process and stops the server
+//! when the test process is gone, also after a panic, an abort or a SIGKILL, when no destructor
+//! runs. Stopping on purpose sends SIGTERM to the watchdog, which forwards it and waits.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+const WATCHDOG: &str = r#"
+watch=$1; shift
+"$@" &
+child=$!
+stop() {
+  kill -TERM "$child" 2>/dev/null
+  i=0
+  while kill -0 "$child" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  kill -KILL "$child" 2>/dev/null
+  wait "$child" 2>/dev/null
+  exit 0
+}
+trap stop TERM INT
+while kill -0 "$watch" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 0.3; done
+stop
+"#;
+
+/// A supervised server process with its log file.
+#[derive(Debug)]
+pub struct Supervised {
+    name: String,
+    watchdog: Child,
+    log: PathBuf,
+}
+
+impl Supervised {
+    /// Starts `program args...` with stdout and stderr appended to `log`.
+    pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> Result<Self, Error> {
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| Error::io(format!("open log {}", log.display()), e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| Error::io(format!("open log {}", log.display()), e))?;
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("watchdog")
+            .arg(std::process::id().to_string())
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| Error::io(format!("spawn {}", program.display()), e))?;
+        Ok(Self {
+            name: name.to_owned(),
+            watchdog,
+            log: log.to_owned(),
+        })
+    }
+
+    /// The log file of the process.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// The last `lines` lines of the log, for error messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        tail(&self.log, lines)
+    }
+
+    /// True while the watchdog (and so the server) runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.watchdog.try_wait(), Ok(None))
+    }
+
+    /// Stops the server (SIGTERM, then SIGKILL after 10 s) and waits for it.
+    pub fn stop(&mut self) {
+        if !self.is_running() {
+            return;
+        }
+        let pid = self.watchdog.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        tracing::warn!(name = %self.name, "watchdog did not stop; killing it");
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Removes `dir` once the test process is gone (a destructor may never run for a static).
+pub fn remove_dir_on_exit(dir: &Path) -> Result<(), Error> {
+    let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; sleep 12; rm -rf "$2""#;
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("janitor")
+        .arg(std::process::id().to_string())
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io("spawn janitor".into(), e))?;
+    Ok(())
+}
+
+/// The last `lines` lines of a file.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; the caller binds it right after).
+pub fn free_port() -> Result<u16, Error> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::io("bind a free port".into(), e))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::io("read a free port".into(), e))
+}
+
+/// Waits until something accepts TCP connections on `127.0.0.1:port`.
+pub fn wait_for_port(port: u16, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
