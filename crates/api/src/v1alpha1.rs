@@ -98,7 +98,7 @@ pub const VERSION: &str = "v1alpha1";
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.mode != 'Guard' || has(self.guard)").message("spec.guard is required when spec.mode is Guard").field_path(".guard").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new("!has(self.mode) || self.mode != 'Guard' || has(self.guard)").message("spec.guard is required when spec.mode is Guard").field_path(".guard").reason(Reason::FieldValueRequired))]
 pub struct WorkerBackpressureSpec {
     /// The workload to scale: anything that serves the `/scale` subresource (Deployment,
     /// StatefulSet, or a custom resource), in the same namespace.

@@ -1,0 +1,72 @@
+# backpressure-operator: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CARGO ?= cargo
+# Where tools/k8s/build.sh caches the Go-built binaries (outside the repository).
+export BP_CACHE ?= $(HOME)/.cache/backpressure-operator
+K8S_BIN = $(shell tools/k8s/build.sh 2>/dev/null | tail -n1)
+APT_PACKAGES := prometheus redis-server
+CHART := charts/backpressure-operator
+
+.PHONY: help
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: deps
+deps: ## Install system packages (Prometheus, Redis) if missing
+	@missing=""; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing $(APT_PACKAGES)"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	fi
+	@command -v go >/dev/null || { echo "deps: Go is required to build the Kubernetes binaries (tools/k8s)"; exit 1; }
+	@command -v $(CARGO) >/dev/null || { echo "deps: Rust (cargo) is required"; exit 1; }
+
+.PHONY: k8s-bins
+k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm (cached by version)
+	@tools/k8s/build.sh >/dev/null
+
+.PHONY: crds
+crds: ## Regenerate crds/ and the chart's CRDs from crates/api
+	$(CARGO) run -q -p backpressure-api --bin crdgen -- crds $(CHART)/crds
+
+.PHONY: fmt
+fmt: ## Format the code
+	$(CARGO) fmt --all
+
+.PHONY: lint
+lint: ## cargo fmt --check and clippy -D warnings
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+.PHONY: manifests
+manifests: k8s-bins ## Render and lint the kustomize tree and the Helm chart
+	$(K8S_BIN)/kubectl kustomize config/default >/dev/null
+	$(K8S_BIN)/kubectl kustomize config/samples >/dev/null
+	$(K8S_BIN)/helm lint --strict $(CHART)
+	$(K8S_BIN)/helm template bp $(CHART) --namespace backpressure-system >/dev/null
+	$(K8S_BIN)/helm template bp $(CHART) --namespace backpressure-system --set serviceMonitor.enabled=true >/dev/null
+	@echo "manifests: kustomize and helm render"
+
+.PHONY: test
+test: deps k8s-bins lint manifests ## Install what is needed, lint, and run every test against real components
+	BP_K8S_BIN=$(K8S_BIN) $(CARGO) test --workspace --locked --no-fail-fast
+
+.PHONY: demo
+demo: deps k8s-bins ## Run the lab's default scenario with real processes
+	BP_K8S_BIN=$(K8S_BIN) $(CARGO) run --release --locked -p backpressure-lab -- demo
+
+.PHONY: bench
+bench: ## Simulator scenario report (docs/sim-report.md) and worker micro-benchmarks
+	$(CARGO) run --release --locked -p backpressure-sim -- report
+
+.PHONY: clean
+clean: ## Remove build output (not the binary cache)
+	$(CARGO) clean

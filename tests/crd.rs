@@ -1,0 +1,302 @@
+//! The generated CRDs against a real kube-apiserver: accepted and Established, the sample object
+//! round-trips, `kubectl get wbp` columns come from the printer columns, status is written
+//! through the status subresource, and invalid objects are rejected with the field named.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use backpressure_api::v1alpha1::{
+    Regime, ReplicaStatus, WorkerBackpressure, WorkerBackpressureStatus,
+};
+use backpressure_envtest::TestEnv;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+fn sample() -> WorkerBackpressure {
+    let path = backpressure_envtest::repo_root().join("config/samples/workerbackpressure.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::from_str(&text).unwrap()
+}
+
+#[tokio::test]
+async fn sample_is_accepted_listed_with_columns_and_status_is_writable() {
+    let env = TestEnv::shared();
+    let client = env.client().unwrap();
+    common::install_crds(&client).await;
+    let ns = env.namespace("crd").await.unwrap();
+    let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), &ns);
+
+    let mut wbp = sample();
+    wbp.metadata.namespace = None;
+    let created = api.create(&PostParams::default(), &wbp).await.unwrap();
+    assert_eq!(
+        created.spec, wbp.spec,
+        "the stored spec must equal the sample"
+    );
+
+    // Status through the status subresource.
+    let status = WorkerBackpressureStatus {
+        observed_generation: created.metadata.generation,
+        regime: Some(Regime::DependencyFailing),
+        replicas: Some(ReplicaStatus {
+            current: 8,
+            desired: 8,
+            recommended: 14,
+        }),
+        ..Default::default()
+    };
+    let name = created.metadata.name.clone().unwrap();
+    let patch = json!({"apiVersion": "backpressure.dev/v1alpha1", "kind": "WorkerBackpressure", "status": status});
+    api.patch_status(
+        &name,
+        &PatchParams::apply("crd-test").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .unwrap();
+    let got = api.get_status(&name).await.unwrap();
+    assert_eq!(
+        got.status.as_ref().unwrap().regime,
+        Some(Regime::DependencyFailing)
+    );
+    // A spec change through the status subresource is ignored.
+    assert_eq!(got.spec, wbp.spec);
+
+    // `kubectl get wbp` asks for a Table; the columns come from the CRD's printer columns.
+    let req = http::Request::get(format!(
+        "/apis/backpressure.dev/v1alpha1/namespaces/{ns}/workerbackpressures"
+    ))
+    .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+    .body(Vec::new())
+    .unwrap();
+    let table: Value = serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "Name",
+        "Target",
+        "Regime",
+        "Replicas",
+        "Backoff",
+        "Queue Age",
+    ] {
+        assert!(
+            columns.contains(&want),
+            "column {want} missing from {columns:?}"
+        );
+    }
+    let row = &table["rows"][0]["cells"];
+    let col = |n: &str| row[columns.iter().position(|c| *c == n).unwrap()].clone();
+    assert_eq!(col("Name"), json!(name));
+    assert_eq!(col("Target"), json!(wbp.spec.target_ref.name));
+    assert_eq!(col("Regime"), json!("DependencyFailing"));
+    assert_eq!(col("Replicas"), json!(8));
+
+    // The short name resolves through discovery, as `kubectl get wbp` does.
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    let found = discovery
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .any(|(ar, _)| ar.kind == "WorkerBackpressure" && ar.plural == "workerbackpressures");
+    assert!(found, "WorkerBackpressure not discoverable");
+    let raw = http::Request::get("/apis/backpressure.dev/v1alpha1")
+        .body(Vec::new())
+        .unwrap();
+    let list: Value = serde_json::from_str(&client.request_text(raw).await.unwrap()).unwrap();
+    let wbp_res = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "workerbackpressures")
+        .unwrap();
+    assert_eq!(wbp_res["shortNames"], json!(["wbp"]));
+}
+
+/// Builds a minimal valid object and applies `mutate` to its JSON.
+fn object(name: &str, mutate: impl FnOnce(&mut Value)) -> Value {
+    let mut v = json!({
+        "apiVersion": "backpressure.dev/v1alpha1",
+        "kind": "WorkerBackpressure",
+        "metadata": {"name": name},
+        "spec": {
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
+            "worker": {},
+            "scaling": {"hold": {}, "release": {}, "rampUp": {}},
+        }
+    });
+    mutate(&mut v);
+    v
+}
+
+#[tokio::test]
+async fn invalid_objects_are_rejected_naming_the_field() {
+    let env = TestEnv::shared();
+    let client = env.client().unwrap();
+    common::install_crds(&client).await;
+    let ns = env.namespace("invalid").await.unwrap();
+    let ar = kube::discovery::ApiResource::erase::<WorkerBackpressure>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+
+    // The minimal object itself is valid.
+    let ok: DynamicObject = serde_json::from_value(object("valid", |_| {})).unwrap();
+    api.create(&PostParams::default(), &ok).await.unwrap();
+
+    type Case = (&'static str, fn(&mut Value), &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            "max-below-min",
+            |v| {
+                v["spec"]["scaling"]["minReplicas"] = json!(5);
+                v["spec"]["scaling"]["maxReplicas"] = json!(3);
+            },
+            "spec.scaling.minReplicas",
+        ),
+        (
+            "min-above-default-max",
+            |v| {
+                v["spec"]["scaling"]["minReplicas"] = json!(11);
+            },
+            "spec.scaling.minReplicas",
+        ),
+        (
+            "setpoint-zero",
+            |v| {
+                v["spec"]["worker"]["setPoint"] = json!(0);
+            },
+            "spec.worker.setPoint",
+        ),
+        (
+            "setpoint-above-one",
+            |v| {
+                v["spec"]["worker"]["setPoint"] = json!(1.5);
+            },
+            "spec.worker.setPoint",
+        ),
+        (
+            "stages-unsorted",
+            |v| {
+                v["spec"]["scaling"]["rampUp"]["stages"] = json!([50, 25, 100]);
+            },
+            "spec.scaling.rampUp.stages",
+        ),
+        (
+            "stages-not-100",
+            |v| {
+                v["spec"]["scaling"]["rampUp"]["stages"] = json!([25, 50, 75]);
+            },
+            "spec.scaling.rampUp.stages",
+        ),
+        (
+            "stages-duplicate",
+            |v| {
+                v["spec"]["scaling"]["rampUp"]["stages"] = json!([50, 50, 100]);
+            },
+            "spec.scaling.rampUp.stages",
+        ),
+        (
+            "stage-above-100",
+            |v| {
+                v["spec"]["scaling"]["rampUp"]["stages"] = json!([50, 150]);
+            },
+            "spec.scaling.rampUp.stages",
+        ),
+        (
+            "release-above-hold",
+            |v| {
+                v["spec"]["scaling"]["hold"]["backoffAbove"] = json!(0.2);
+                v["spec"]["scaling"]["release"]["backoffBelow"] = json!(0.3);
+            },
+            "spec.scaling.release.backoffBelow",
+        ),
+        (
+            "release-equals-default-hold",
+            |v| {
+                v["spec"]["scaling"]["release"]["backoffBelow"] = json!(0.2);
+            },
+            "spec.scaling.release.backoffBelow",
+        ),
+        (
+            "negative-duration",
+            |v| {
+                v["spec"]["scaling"]["hold"]["for"] = json!("-30s");
+            },
+            "spec.scaling.hold.for",
+        ),
+        (
+            "duration-without-unit",
+            |v| {
+                v["spec"]["scaling"]["targetQueueAge"] = json!("60");
+            },
+            "spec.scaling.targetQueueAge",
+        ),
+        (
+            "unknown-mode",
+            |v| {
+                v["spec"]["mode"] = json!("Aggressive");
+            },
+            "spec.mode",
+        ),
+        (
+            "guard-without-ref",
+            |v| {
+                v["spec"]["mode"] = json!("Guard");
+            },
+            "spec.guard",
+        ),
+        (
+            "static-fallback-without-replicas",
+            |v| {
+                v["spec"]["scaling"]["onMetricsUnavailable"] = json!({"policy": "Static"});
+            },
+            "spec.scaling.onMetricsUnavailable.replicas",
+        ),
+        (
+            "missing-target",
+            |v| {
+                v["spec"].as_object_mut().unwrap().remove("targetRef");
+            },
+            "spec.targetRef",
+        ),
+        (
+            "probe-initial-above-max",
+            |v| {
+                v["spec"]["worker"]["probe"] =
+                    json!({"initialInterval": "2m", "maxInterval": "1m"});
+            },
+            "spec.worker.probe.initialInterval",
+        ),
+        (
+            "non-http-prometheus",
+            |v| {
+                v["spec"]["metrics"] = json!({"prometheus": {"address": "ftp://x"}});
+            },
+            "spec.metrics.prometheus.address",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, mutate, field) in cases {
+        let obj: DynamicObject = serde_json::from_value(object(name, mutate)).unwrap();
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => failures.push(format!(
+                "{name}: accepted, expected rejection naming {field}"
+            )),
+            Err(kube::Error::Api(s)) => {
+                if s.code != 422 || !s.message.contains(field) {
+                    failures.push(format!(
+                        "{name}: HTTP {} {:?} does not name {field}",
+                        s.code, s.message
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("{name}: unexpected error {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
