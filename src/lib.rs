@@ -1,1 +1,3 @@
 //! operator
+
+pub mod resolve;

@@ -1,0 +1,514 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use backpressure_api::v1alpha1::{
+    BackpressurePolicy, BackpressurePolicySpec, Brake, FallbackPolicy, GuardKind, GuardRef,
+    HoldSpec, MetricsFallback, MetricsSpec, Mode, PolicyDefaults, PolicyLimits, QueryOverrides,
+    RampUpSpec, ReleaseSpec, ScaleUpSpec, ScalingSpec, TargetRef, WorkerBackpressureSpec,
+    WorkerSpec,
+};
+use backpressure_api::wire::WorkerConfig;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap()
+}
+
+fn spec() -> WorkerBackpressureSpec {
+    WorkerBackpressureSpec {
+        target_ref: TargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "export-worker".into(),
+        },
+        ..Default::default()
+    }
+}
+
+fn policy(name: &str, priority: Option<i32>, spec: BackpressurePolicySpec) -> BackpressurePolicy {
+    let mut p = BackpressurePolicy::new(name, BackpressurePolicySpec { priority, ..spec });
+    p.metadata.name = Some(name.to_owned());
+    p
+}
+
+fn scaling_defaults(scaling: ScalingSpec) -> BackpressurePolicySpec {
+    BackpressurePolicySpec {
+        defaults: Some(PolicyDefaults {
+            scaling: Some(scaling),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn inputs(policies: &[BackpressurePolicy]) -> Vec<PolicyInput<'_>> {
+    policies.iter().map(PolicyInput::from_policy).collect()
+}
+
+fn dur(s: &str) -> Option<backpressure_api::Duration> {
+    Some(s.parse().unwrap())
+}
+
+#[test]
+fn builtin_defaults_fill_an_empty_spec() {
+    let eff = resolve(&spec(), &[], now()).unwrap();
+    assert_eq!(eff.mode, Mode::Active);
+    assert!(!eff.dry_run);
+    assert_eq!(eff.worker.set_point, 0.05);
+    assert_eq!(eff.worker.max_permits, 16);
+    assert_eq!(eff.worker.reaction, 20);
+    assert_eq!(eff.metrics.workload, "export-worker");
+    assert_eq!(eff.metrics.address, None);
+    assert_eq!(eff.metrics.stale_after, Duration::from_secs(60));
+    let s = &eff.scaling;
+    assert_eq!((s.min_replicas, s.max_replicas), (1, 10));
+    assert_eq!(s.target_queue_age, Duration::from_secs(60));
+    assert_eq!(s.hold.backoff_above, 0.2);
+    assert_eq!(s.hold.for_, Duration::from_secs(30));
+    assert!(!s.hold.allow_scale_in);
+    assert_eq!(s.release.backoff_below, 0.05);
+    assert_eq!(s.release.for_, Duration::from_secs(60));
+    assert_eq!((s.scale_up.max_pods, s.scale_up.max_percent), (4, 100));
+    assert_eq!(s.scale_up.period, Duration::from_secs(15));
+    assert_eq!(s.scale_down.max_percent, 10);
+    assert_eq!(s.scale_down.stabilization, Duration::from_secs(300));
+    assert_eq!(s.ramp_up.stages, vec![25, 50, 75, 100]);
+    assert_eq!(s.ramp_up.dwell, Duration::from_secs(60));
+    assert_eq!(s.on_metrics_unavailable, Fallback::Hold);
+    assert!(eff.overrides.is_empty());
+    assert!(eff.policies.is_empty());
+}
+
+#[test]
+fn reaction_default_follows_max_permits() {
+    let mut s = spec();
+    s.worker = Some(WorkerSpec {
+        max_permits: Some(64),
+        ..Default::default()
+    });
+    assert_eq!(resolve(&s, &[], now()).unwrap().worker.reaction, 64);
+}
+
+#[test]
+fn precedence_object_then_policies_by_priority_then_name_then_defaults() {
+    let hold = |above: f64| ScalingSpec {
+        hold: Some(HoldSpec {
+            backoff_above: Some(above),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let policies = vec![
+        policy("zeta", Some(10), scaling_defaults(hold(0.5))),
+        policy("alpha", Some(10), scaling_defaults(hold(0.4))),
+        policy(
+            "low",
+            Some(-5),
+            scaling_defaults(ScalingSpec {
+                max_replicas: Some(33),
+                hold: Some(HoldSpec {
+                    backoff_above: Some(0.9),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        ),
+        policy(
+            "high",
+            Some(100),
+            scaling_defaults(ScalingSpec {
+                min_replicas: Some(2),
+                ..Default::default()
+            }),
+        ),
+    ];
+    let eff = resolve(&spec(), &inputs(&policies), now()).unwrap();
+    // Priority 100 first, then the two priority-10 policies by name, then priority -5.
+    assert_eq!(eff.policies, vec!["high", "alpha", "zeta", "low"]);
+    assert_eq!(
+        eff.scaling.hold.backoff_above, 0.4,
+        "tie broken by name: alpha"
+    );
+    assert_eq!(eff.scaling.min_replicas, 2, "from high");
+    assert_eq!(eff.scaling.max_replicas, 33, "only low sets it");
+    assert_eq!(eff.scaling.release.backoff_below, 0.05, "built-in default");
+
+    // The object's own value beats every policy.
+    let mut s = spec();
+    s.scaling = Some(hold(0.3));
+    let eff = resolve(&s, &inputs(&policies), now()).unwrap();
+    assert_eq!(eff.scaling.hold.backoff_above, 0.3);
+
+    // The order of the input does not matter.
+    let mut reversed = inputs(&policies);
+    reversed.reverse();
+    assert_eq!(
+        resolve(&s, &reversed, now()).unwrap(),
+        resolve(&s, &inputs(&policies), now()).unwrap()
+    );
+}
+
+#[test]
+fn limits_always_win_and_are_recorded() {
+    let mut s = spec();
+    s.worker = Some(WorkerSpec {
+        set_point: Some(0.3),
+        ..Default::default()
+    });
+    s.scaling = Some(ScalingSpec {
+        min_replicas: Some(8),
+        max_replicas: Some(50),
+        scale_up: Some(ScaleUpSpec {
+            max_pods: Some(20),
+            ..Default::default()
+        }),
+        ramp_up: Some(RampUpSpec {
+            stages: Some(vec![50, 100]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let limits = |l: PolicyLimits| BackpressurePolicySpec {
+        limits: Some(l),
+        ..Default::default()
+    };
+    let policies = vec![
+        policy(
+            "platform-limits",
+            None,
+            limits(PolicyLimits {
+                max_set_point: Some(0.2),
+                max_replicas: Some(20),
+                max_scale_up_pods: Some(5),
+                required_ramp_stages: Some(vec![10, 30, 60, 100]),
+                ..Default::default()
+            }),
+        ),
+        policy(
+            "stricter",
+            Some(-1),
+            limits(PolicyLimits {
+                max_replicas: Some(6),
+                max_set_point: Some(0.25),
+                ..Default::default()
+            }),
+        ),
+    ];
+    let eff = resolve(&s, &inputs(&policies), now()).unwrap();
+    assert_eq!(eff.worker.set_point, 0.2);
+    assert_eq!(eff.scaling.max_replicas, 6, "most restrictive limit binds");
+    assert_eq!(eff.scaling.min_replicas, 6, "min follows a lowered max");
+    assert_eq!(eff.scaling.scale_up.max_pods, 5);
+    assert_eq!(eff.scaling.ramp_up.stages, vec![10, 30, 60, 100]);
+    let o = &eff.overrides;
+    assert_eq!(
+        o["spec.worker.setPoint"],
+        "0.3 lowered to 0.2 by policy platform-limits"
+    );
+    assert_eq!(
+        o["spec.scaling.maxReplicas"],
+        "50 lowered to 6 by policy stricter"
+    );
+    assert!(
+        o["spec.scaling.minReplicas"].contains("8 lowered to 6"),
+        "{o:?}"
+    );
+    assert!(o["spec.scaling.scaleUp.maxPods"].contains("20 lowered to 5"));
+    assert!(o["spec.scaling.rampUp.stages"].contains("[50, 100] replaced by [10, 30, 60, 100]"));
+    assert_eq!(o.len(), 5);
+
+    // Within limits: nothing recorded.
+    let eff = resolve(&spec(), &inputs(&policies[..1]), now()).unwrap();
+    assert_eq!(eff.worker.set_point, 0.05);
+    assert_eq!(eff.scaling.max_replicas, 10);
+    assert_eq!(
+        eff.overrides.len(),
+        1,
+        "only the required stages: {:?}",
+        eff.overrides
+    );
+}
+
+#[test]
+fn allowed_modes_intersect_and_replace() {
+    let allow = |name: &str, modes: Vec<Mode>| {
+        policy(
+            name,
+            None,
+            BackpressurePolicySpec {
+                limits: Some(PolicyLimits {
+                    allowed_modes: Some(modes),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+    };
+    let policies = vec![
+        allow("a", vec![Mode::DryRun, Mode::Guard]),
+        allow("b", vec![Mode::DryRun, Mode::Active]),
+    ];
+    let eff = resolve(&spec(), &inputs(&policies), now()).unwrap();
+    assert_eq!(eff.mode, Mode::DryRun);
+    assert!(eff.dry_run);
+    assert!(eff.overrides["spec.mode"].contains("Active is not allowed by policy a, b"));
+
+    // Guard only, but the object has no guard ref: no mode applies.
+    let only_guard = vec![allow("g", vec![Mode::Guard])];
+    let err = resolve(&spec(), &inputs(&only_guard), now()).unwrap_err();
+    assert_eq!(err.errors[0].field, "spec.mode");
+
+    let mut s = spec();
+    s.guard = Some(GuardRef {
+        kind: GuardKind::HorizontalPodAutoscaler,
+        name: "hpa".into(),
+    });
+    assert_eq!(
+        resolve(&s, &inputs(&only_guard), now()).unwrap().mode,
+        Mode::Guard
+    );
+}
+
+#[test]
+fn fleet_dry_run_and_brake() {
+    let at = |s: i64| Some(Time(Timestamp::from_second(s).unwrap()));
+    let brake = |min: f64, expires: Option<Time>| BackpressurePolicySpec {
+        brake: Some(Brake {
+            min_backoff: min,
+            expires_at: expires,
+            reason: Some("incident 42".into()),
+        }),
+        ..Default::default()
+    };
+    let policies = vec![
+        policy(
+            "fleet",
+            Some(1),
+            BackpressurePolicySpec {
+                dry_run: Some(true),
+                ..brake(0.3, None)
+            },
+        ),
+        policy("expired", None, brake(0.9, at(now().as_second() - 1))),
+        policy("pending", None, brake(0.5, at(now().as_second() + 600))),
+    ];
+    let eff = resolve(&spec(), &inputs(&policies), now()).unwrap();
+    assert!(eff.dry_run);
+    assert_eq!(eff.dry_run_by.as_deref(), Some("policy fleet"));
+    assert_eq!(
+        eff.mode,
+        Mode::Active,
+        "fleet DryRun does not change the mode"
+    );
+    let b = eff.brake.clone().unwrap();
+    assert_eq!((b.min_backoff, b.policy.as_str()), (0.5, "pending"));
+    let cfg = render_worker_config(&eff, 3);
+    assert_eq!(
+        cfg.brake.as_ref().unwrap().expires_at_unix,
+        Some(now().as_second() + 600)
+    );
+    assert_eq!(cfg.active_brake(now().as_second()), Some(0.5));
+
+    // Ten minutes later the brake of "pending" has lifted itself; "fleet" has no expiry.
+    let later = Timestamp::from_second(now().as_second() + 600).unwrap();
+    let eff = resolve(&spec(), &inputs(&policies), later).unwrap();
+    assert_eq!(eff.brake.unwrap().policy, "fleet");
+}
+
+#[test]
+fn errors_name_every_field_and_never_panic() {
+    let mut s = spec();
+    s.scaling = Some(ScalingSpec {
+        min_replicas: Some(12),
+        target_queue_age: Some(backpressure_api::Duration::from_std(Duration::ZERO)),
+        release: Some(ReleaseSpec {
+            backoff_below: Some(0.5),
+            ..Default::default()
+        }),
+        ramp_up: Some(RampUpSpec {
+            stages: Some(vec![50, 40]),
+            ..Default::default()
+        }),
+        on_metrics_unavailable: Some(MetricsFallback {
+            policy: Some(FallbackPolicy::Static),
+            replicas: None,
+        }),
+        ..Default::default()
+    });
+    s.worker = Some(WorkerSpec {
+        set_point: Some(1.5),
+        ..Default::default()
+    });
+    s.mode = Some(Mode::Guard);
+    // A bad duration coming from a policy default names the policy.
+    let policies = vec![policy(
+        "broken",
+        None,
+        serde_json::from_value(serde_json::json!({
+            "defaults": {"scaling": {"hold": {"for": "5 minutes"}}}
+        }))
+        .unwrap(),
+    )];
+    let err = resolve(&s, &inputs(&policies), now()).unwrap_err();
+    let fields: Vec<&str> = err.errors.iter().map(|e| e.field.as_str()).collect();
+    for want in [
+        "spec.worker.setPoint",
+        "spec.scaling.minReplicas",
+        "spec.scaling.targetQueueAge",
+        "spec.scaling.release.backoffBelow",
+        "spec.scaling.rampUp.stages",
+        "spec.scaling.onMetricsUnavailable.replicas",
+        "BackpressurePolicy broken: spec.defaults.scaling.hold.for",
+        "spec.guard",
+    ] {
+        assert!(fields.contains(&want), "missing {want} in {fields:?}");
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("minReplicas 12 exceeds maxReplicas 10"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0.5 must be below hold.backoffAbove 0.2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn release_not_below_hold_after_merging_is_an_error() {
+    // Each value alone is fine; the combination of object and policy is not.
+    let mut s = spec();
+    s.scaling = Some(ScalingSpec {
+        release: Some(ReleaseSpec {
+            backoff_below: Some(0.15),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let policies = vec![policy(
+        "tight",
+        None,
+        scaling_defaults(ScalingSpec {
+            hold: Some(HoldSpec {
+                backoff_above: Some(0.1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    )];
+    let err = resolve(&s, &inputs(&policies), now()).unwrap_err();
+    assert_eq!(err.errors.len(), 1);
+    assert_eq!(err.errors[0].field, "spec.scaling.release.backoffBelow");
+    assert!(err.errors[0].message.contains("BackpressurePolicy tight"));
+}
+
+#[test]
+fn durations_and_queries_merge_per_field() {
+    let mut s = spec();
+    s.metrics = Some(MetricsSpec {
+        queries: Some(QueryOverrides {
+            backoff: Some("avg by (namespace, workload) (x)".into()),
+            queue_age: Some("  ".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    s.scaling = Some(ScalingSpec {
+        hold: Some(HoldSpec {
+            for_: dur("1m30s"),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let policies = vec![policy(
+        "q",
+        None,
+        BackpressurePolicySpec {
+            defaults: Some(PolicyDefaults {
+                metrics: Some(MetricsSpec {
+                    queries: Some(QueryOverrides {
+                        backoff: Some("ignored".into()),
+                        queue_age: Some("max by (namespace, workload) (age)".into()),
+                        ..Default::default()
+                    }),
+                    stale_after: dur("2m"),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )];
+    let eff = resolve(&s, &inputs(&policies), now()).unwrap();
+    assert_eq!(eff.scaling.hold.for_, Duration::from_secs(90));
+    assert_eq!(eff.metrics.stale_after, Duration::from_secs(120));
+    let q = &eff.metrics.queries;
+    assert_eq!(
+        q.backoff.as_deref(),
+        Some("avg by (namespace, workload) (x)")
+    );
+    assert_eq!(
+        q.queue_age.as_deref(),
+        Some("max by (namespace, workload) (age)"),
+        "a blank query is unset"
+    );
+    assert_eq!(q.arrival_rate, None);
+}
+
+#[test]
+fn worker_config_renders_with_hash() {
+    let mut s = spec();
+    s.worker = Some(WorkerSpec {
+        set_point: Some(0.1),
+        max_permits: Some(8),
+        ..Default::default()
+    });
+    let eff = resolve(&s, &[], now()).unwrap();
+    let cfg = render_worker_config(&eff, 7);
+    assert_eq!(cfg.generation, 7);
+    assert_eq!(cfg.set_point, 0.1);
+    assert_eq!(cfg.max_permits, 8);
+    assert_eq!(cfg.reaction, 20);
+    assert_eq!((cfg.probe_initial_ms, cfg.probe_max_ms), (2000, 60_000));
+    assert_eq!(cfg.brake, None);
+    cfg.validate().unwrap();
+    let bytes = serde_json::to_vec(&cfg).unwrap();
+    assert_eq!(WorkerConfig::parse(&bytes).unwrap(), cfg);
+    // Defaults render the same payload as the wire contract's default.
+    let default_cfg = render_worker_config(&resolve(&spec(), &[], now()).unwrap(), 0);
+    assert_eq!(default_cfg, WorkerConfig::default());
+}
+
+#[test]
+fn policies_for_namespace_filters_and_orders() {
+    let sel = |k: &str, v: &str| LabelSelector {
+        match_labels: Some(BTreeMap::from([(k.to_owned(), v.to_owned())])),
+        match_expressions: None,
+    };
+    let with_selector = |name: &str, prio: i32, s: Option<LabelSelector>| {
+        policy(
+            name,
+            Some(prio),
+            BackpressurePolicySpec {
+                namespace_selector: s,
+                ..Default::default()
+            },
+        )
+    };
+    let all = vec![
+        with_selector("everyone", 0, None),
+        with_selector("payments", 5, Some(sel("team", "payments"))),
+        with_selector("search", 9, Some(sel("team", "search"))),
+    ];
+    let labels = BTreeMap::from([("team".to_owned(), "payments".to_owned())]);
+    let names: Vec<&str> = policies_for_namespace(&all, &labels)
+        .iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, vec!["payments", "everyone"]);
+}
