@@ -700,6 +700,10 @@ pub struct FleetStatus {
 pub struct ConfigStatus {
     /// Content hash of the rendered worker configuration.
     pub hash: String,
+    /// Generation of the rendered configuration: grows by one whenever the hash changes, so
+    /// workers can refuse an older payload arriving late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     /// Ready pods that report running this hash.
     pub pods_in_sync: i32,
     /// Ready pods of the target.
