@@ -1,1 +1,4 @@
-//! backpressure-lab
+//! backpressure-lab: the whole system on one machine with real parts.
+
+pub mod queue;
+pub mod scenario;

@@ -1,0 +1,568 @@
+//! The queue: a Redis stream with a consumer group, at-least-once.
+//!
+//! - [`RedisServer`] runs `redis-server` on a free loopback port with its own directory and no
+//!   persistence.
+//! - [`Queue`] is one logical queue (a stream, its consumer group, a dead-letter stream and two
+//!   counters) with atomic Lua scripts:
+//!   - `fetch` first reclaims messages not acknowledged within the visibility timeout
+//!     (`XAUTOCLAIM`, with a cursor kept in Redis so the whole pending list is visited), moves a
+//!     reclaimed message that has now been delivered more than `max_deliveries` times to the
+//!     dead-letter stream, then reads new messages (`XREADGROUP >`);
+//!   - `ack` acknowledges and deletes a message and counts a completion once, even when two
+//!     workers processed it (at-least-once);
+//!   - `nack` hands a failed message to the `~retry` consumer without counting a delivery, so it
+//!     is delivered again after the visibility timeout and is not counted as in flight;
+//!   - `stats` reads everything the exporter needs in one round trip.
+//!
+//! Because acknowledged and dead-lettered messages are deleted from the stream, every message
+//! ever produced is in exactly one place: `produced = completed + dead_lettered + in the stream`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use backpressure_envtest::process::{Supervised, free_port};
+use redis::aio::MultiplexedConnection;
+use redis::{Script, Value};
+
+/// Consumer group name.
+pub const GROUP: &str = "workers";
+/// Consumer that holds failed messages until they are delivered again.
+pub const RETRY_CONSUMER: &str = "~retry";
+
+/// A queue error.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// Redis said no.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis answered something unexpected.
+    #[error("unexpected redis reply: {0}")]
+    Reply(String),
+    /// The server could not be started.
+    #[error("redis-server: {0}")]
+    Server(String),
+}
+
+/// A running `redis-server`.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    process: Supervised,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` (from the PATH or /usr/bin) on a free loopback port, with no
+    /// persistence, its files in `dir`.
+    pub fn start(dir: &Path) -> Result<Self, QueueError> {
+        let binary = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+            .iter()
+            .map(std::path::PathBuf::from)
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                QueueError::Server(
+                    "redis-server not found; install the Debian package redis-server (make deps)"
+                        .into(),
+                )
+            })?;
+        std::fs::create_dir_all(dir).map_err(|e| QueueError::Server(e.to_string()))?;
+        let port = free_port().map_err(|e| QueueError::Server(e.to_string()))?;
+        let args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--protected-mode".into(),
+            "yes".into(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            "no".into(),
+            "--dir".into(),
+            dir.display().to_string(),
+            "--daemonize".into(),
+            "no".into(),
+            "--loglevel".into(),
+            "warning".into(),
+        ];
+        let process = Supervised::spawn("redis-server", &binary, &args, &dir.join("redis.log"))
+            .map_err(|e| QueueError::Server(e.to_string()))?;
+        if !backpressure_envtest::process::wait_for_port(port, Duration::from_secs(20)) {
+            return Err(QueueError::Server(format!(
+                "not listening after 20 s:\n{}",
+                process.log_tail(20)
+            )));
+        }
+        Ok(Self { port, process })
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Stops the server.
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+}
+
+/// One delivered message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// Stream entry id (`<ms>-<seq>`).
+    pub id: String,
+    /// How many times it has been delivered, this time included.
+    pub deliveries: u64,
+    /// The `body` field.
+    pub body: String,
+}
+
+/// Everything the exporter and the recorder read from the queue at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueueStats {
+    /// Redis server time in milliseconds.
+    pub now_ms: u64,
+    /// Messages ever added.
+    pub produced: u64,
+    /// Messages acknowledged.
+    pub completed: u64,
+    /// Messages moved to the dead-letter stream.
+    pub dead_lettered: u64,
+    /// Messages in the stream (never delivered, in flight, or waiting for a retry).
+    pub in_stream: u64,
+    /// Messages never delivered.
+    pub undelivered: u64,
+    /// Failed messages waiting to be delivered again.
+    pub awaiting_retry: u64,
+    /// Age in seconds of the oldest message never delivered (0 when there is none).
+    pub oldest_age_secs: f64,
+}
+
+impl QueueStats {
+    /// Messages waiting: never delivered plus waiting for a retry (not in flight).
+    pub fn depth(&self) -> u64 {
+        self.undelivered + self.awaiting_retry
+    }
+
+    /// True when every message produced is accounted for.
+    pub fn conserved(&self) -> bool {
+        self.produced == self.completed + self.dead_lettered + self.in_stream
+    }
+}
+
+/// Milliseconds of a stream id `<ms>-<seq>`.
+pub fn id_millis(id: &str) -> Option<u64> {
+    id.split('-').next()?.parse().ok()
+}
+
+const FETCH: &str = r#"
+local stream, dlq, deadcount, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, consumer = ARGV[1], ARGV[2]
+local want = tonumber(ARGV[3])
+local min_idle, max_deliveries = ARGV[4], tonumber(ARGV[5])
+local out = {}
+local cursor = redis.call('GET', cursor_key) or '0-0'
+local claimed = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', want)
+redis.call('SET', cursor_key, claimed[1])
+for _, e in ipairs(claimed[2]) do
+  local id = e[1]
+  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  local deliveries = 1
+  if p[1] then deliveries = p[1][4] end
+  if deliveries > max_deliveries then
+    local fields = e[2] or {}
+    redis.call('XADD', dlq, '*', 'source_id', id, 'deliveries', deliveries - 1, unpack(fields))
+    redis.call('XACK', stream, group, id)
+    redis.call('XDEL', stream, id)
+    redis.call('INCR', deadcount)
+  else
+    table.insert(out, {id, deliveries, e[2]})
+    want = want - 1
+  end
+end
+if want > 0 then
+  local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
+  if r then
+    for _, e in ipairs(r[1][2]) do table.insert(out, {e[1], 1, e[2]}) end
+  end
+end
+return out
+"#;
+
+const ACK: &str = r#"
+local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if n == 1 then
+  redis.call('XDEL', KEYS[1], ARGV[2])
+  redis.call('INCR', KEYS[2])
+end
+return n
+"#;
+
+const NACK: &str = r#"
+return #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+"#;
+
+const STATS: &str = r#"
+local stream, completed, deadcount = KEYS[1], KEYS[2], KEYS[3]
+local group, retry = ARGV[1], ARGV[2]
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local info = redis.call('XINFO', 'STREAM', stream)
+local added, xlen = 0, 0
+for i = 1, #info, 2 do
+  if info[i] == 'entries-added' then added = info[i + 1] end
+  if info[i] == 'length' then xlen = info[i + 1] end
+end
+local last = '0-0'
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local name, ldi = nil, nil
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1] end
+    if g[i] == 'last-delivered-id' then ldi = g[i + 1] end
+  end
+  if name == group then last = ldi end
+end
+local summary = redis.call('XPENDING', stream, group)
+local pending = summary[1]
+local retrying = 0
+if summary[4] then
+  for _, c in ipairs(summary[4]) do
+    if c[1] == retry then retrying = tonumber(c[2]) end
+  end
+end
+local oldest = ''
+local first = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', 1)
+if first[1] then oldest = first[1][1] end
+return {now_ms, added, xlen, pending, retrying, oldest,
+        tonumber(redis.call('GET', completed) or '0'), tonumber(redis.call('GET', deadcount) or '0')}
+"#;
+
+/// One logical queue in a Redis server.
+#[derive(Clone)]
+pub struct Queue {
+    conn: MultiplexedConnection,
+    prefix: String,
+    visibility_timeout: Duration,
+    max_deliveries: u32,
+    fetch: Script,
+    ack: Script,
+    nack: Script,
+    stats: Script,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("prefix", &self.prefix)
+            .field("visibility_timeout", &self.visibility_timeout)
+            .field("max_deliveries", &self.max_deliveries)
+            .finish()
+    }
+}
+
+impl Queue {
+    /// Connects to the queue named `prefix` (keys `<prefix>:stream`, `<prefix>:dlq`, ...).
+    pub async fn connect(
+        url: &str,
+        prefix: &str,
+        visibility_timeout: Duration,
+        max_deliveries: u32,
+    ) -> Result<Self, QueueError> {
+        let client = redis::Client::open(url)?;
+        let conn = client.get_multiplexed_async_connection().await?;
+        Ok(Self {
+            conn,
+            prefix: prefix.to_owned(),
+            visibility_timeout,
+            max_deliveries,
+            fetch: Script::new(FETCH),
+            ack: Script::new(ACK),
+            nack: Script::new(NACK),
+            stats: Script::new(STATS),
+        })
+    }
+
+    fn key(&self, what: &str) -> String {
+        format!("{}:{what}", self.prefix)
+    }
+
+    /// The stream key.
+    pub fn stream_key(&self) -> String {
+        self.key("stream")
+    }
+
+    /// The dead-letter stream key.
+    pub fn dlq_key(&self) -> String {
+        self.key("dlq")
+    }
+
+    /// Creates the stream and the consumer group (idempotent).
+    pub async fn create(&self) -> Result<(), QueueError> {
+        let mut c = self.conn.clone();
+        let r: Result<(), redis::RedisError> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(self.stream_key())
+            .arg(GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut c)
+            .await;
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.to_string().contains("BUSYGROUP") => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Adds `bodies` to the stream.
+    pub async fn produce(&self, bodies: &[String]) -> Result<(), QueueError> {
+        if bodies.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for b in bodies {
+            pipe.cmd("XADD")
+                .arg(self.stream_key())
+                .arg("*")
+                .arg("body")
+                .arg(b)
+                .ignore();
+        }
+        let mut c = self.conn.clone();
+        pipe.query_async::<()>(&mut c).await?;
+        Ok(())
+    }
+
+    /// Delivers up to `max` messages to `consumer`: reclaimed ones first, then new ones.
+    pub async fn fetch(&self, consumer: &str, max: usize) -> Result<Vec<Delivery>, QueueError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let mut c = self.conn.clone();
+        let v: Value = self
+            .fetch
+            .key(self.stream_key())
+            .key(self.dlq_key())
+            .key(self.key("deadcount"))
+            .key(self.key("cursor"))
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(max)
+            .arg(self.visibility_timeout.as_millis() as u64)
+            .arg(self.max_deliveries)
+            .invoke_async(&mut c)
+            .await?;
+        parse_deliveries(v)
+    }
+
+    /// Acknowledges a processed message; true when this call completed it (false when another
+    /// delivery of the same message already did, or it was dead-lettered meanwhile).
+    pub async fn ack(&self, id: &str) -> Result<bool, QueueError> {
+        let mut c = self.conn.clone();
+        let n: i64 = self
+            .ack
+            .key(self.stream_key())
+            .key(self.key("completed"))
+            .arg(GROUP)
+            .arg(id)
+            .invoke_async(&mut c)
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Gives a failed message back: it is delivered again after the visibility timeout.
+    pub async fn nack(&self, id: &str) -> Result<(), QueueError> {
+        let mut c = self.conn.clone();
+        let _: i64 = self
+            .nack
+            .key(self.stream_key())
+            .arg(GROUP)
+            .arg(RETRY_CONSUMER)
+            .arg(id)
+            .invoke_async(&mut c)
+            .await?;
+        Ok(())
+    }
+
+    /// Reads the queue's counters and gauges.
+    pub async fn stats(&self) -> Result<QueueStats, QueueError> {
+        let mut c = self.conn.clone();
+        let v: Vec<Value> = self
+            .stats
+            .key(self.stream_key())
+            .key(self.key("completed"))
+            .key(self.key("deadcount"))
+            .arg(GROUP)
+            .arg(RETRY_CONSUMER)
+            .invoke_async(&mut c)
+            .await?;
+        let int = |i: usize| -> Result<u64, QueueError> {
+            match v.get(i) {
+                Some(Value::Int(n)) => Ok((*n).max(0) as u64),
+                other => Err(QueueError::Reply(format!("stats[{i}] = {other:?}"))),
+            }
+        };
+        let now_ms = int(0)?;
+        let oldest = match v.get(5) {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => String::new(),
+        };
+        let in_stream = int(2)?;
+        let pending = int(3)?;
+        let oldest_age_secs = id_millis(&oldest)
+            .map(|ms| now_ms.saturating_sub(ms) as f64 / 1000.0)
+            .unwrap_or(0.0);
+        Ok(QueueStats {
+            now_ms,
+            produced: int(1)?,
+            in_stream,
+            undelivered: in_stream.saturating_sub(pending),
+            awaiting_retry: int(4)?,
+            oldest_age_secs,
+            completed: int(6)?,
+            dead_lettered: int(7)?,
+        })
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn parse_deliveries(v: Value) -> Result<Vec<Delivery>, QueueError> {
+    let Value::Array(items) = v else {
+        return Err(QueueError::Reply(format!("fetch: {v:?}")));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Array(parts) = item else {
+            return Err(QueueError::Reply("fetch: entry is not an array".into()));
+        };
+        let id = parts.first().and_then(text).unwrap_or_default();
+        let deliveries = match parts.get(1) {
+            Some(Value::Int(n)) => (*n).max(1) as u64,
+            _ => 1,
+        };
+        let mut body = String::new();
+        if let Some(Value::Array(fields)) = parts.get(2) {
+            for pair in fields.chunks(2) {
+                if pair.len() == 2 && text(&pair[0]).as_deref() == Some("body") {
+                    body = text(&pair[1]).unwrap_or_default();
+                }
+            }
+        }
+        if id.is_empty() {
+            return Err(QueueError::Reply("fetch: entry without id".into()));
+        }
+        out.push(Delivery {
+            id,
+            deliveries,
+            body,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn stream_id_millis() {
+        assert_eq!(id_millis("1700000000123-4"), Some(1_700_000_000_123));
+        assert_eq!(id_millis(""), None);
+    }
+
+    #[test]
+    fn depth_and_conservation() {
+        let s = QueueStats {
+            produced: 10,
+            completed: 5,
+            dead_lettered: 1,
+            in_stream: 4,
+            undelivered: 2,
+            awaiting_retry: 1,
+            ..QueueStats::default()
+        };
+        assert_eq!(s.depth(), 3);
+        assert!(s.conserved());
+        assert!(!QueueStats { completed: 6, ..s }.conserved());
+    }
+
+    /// Against a real redis-server: at-least-once, redelivery after the visibility timeout,
+    /// dead-lettering after `max_deliveries`, the age of the oldest undelivered message, and
+    /// conservation.
+    #[tokio::test]
+    async fn real_redis_semantics() {
+        let dir = std::env::temp_dir().join(format!("bp-lab-queue-{}", std::process::id()));
+        let mut server = RedisServer::start(&dir).unwrap();
+        let q = Queue::connect(&server.url(), "t", Duration::from_millis(300), 2)
+            .await
+            .unwrap();
+        q.create().await.unwrap();
+        q.create().await.unwrap();
+        q.produce(&(0..5).map(|i| format!("m{i}")).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.produced, s.undelivered, s.depth()), (5, 5, 5));
+        assert!(s.oldest_age_secs >= 0.04, "{s:?}");
+
+        let got = q.fetch("a", 2).await.unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].body, "m0");
+        assert_eq!(got[0].deliveries, 1);
+        assert!(q.ack(&got[0].id).await.unwrap());
+        assert!(
+            !q.ack(&got[0].id).await.unwrap(),
+            "a second ack counts nothing"
+        );
+        q.nack(&got[1].id).await.unwrap();
+        let s = q.stats().await.unwrap();
+        assert_eq!(
+            (s.completed, s.undelivered, s.awaiting_retry, s.in_stream),
+            (1, 3, 1, 4)
+        );
+        assert!(s.conserved());
+
+        // Not visible again before the timeout: the next fetch gets new messages.
+        let next = q.fetch("b", 1).await.unwrap();
+        assert_eq!(next[0].body, "m2");
+        q.nack(&next[0].id).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let again = q.fetch("b", 2).await.unwrap();
+        assert_eq!(again.len(), 2);
+        assert_eq!((again[0].body.as_str(), again[0].deliveries), ("m1", 2));
+        assert_eq!((again[1].body.as_str(), again[1].deliveries), ("m2", 2));
+        for d in &again {
+            q.nack(&d.id).await.unwrap();
+        }
+        // Third delivery exceeds max_deliveries = 2: both go to the dead-letter stream.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let third = q.fetch("c", 2).await.unwrap();
+        assert!(
+            third.iter().all(|d| d.body != "m1" && d.body != "m2"),
+            "{third:?}"
+        );
+        let s = q.stats().await.unwrap();
+        assert_eq!(s.dead_lettered, 2);
+        assert!(s.conserved(), "{s:?}");
+        let mut c = q.conn.clone();
+        let dlq_len: u64 = redis::cmd("XLEN")
+            .arg(q.dlq_key())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(dlq_len, 2);
+        server.stop();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

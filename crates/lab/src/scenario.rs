@@ -1,0 +1,481 @@
+//! Scenario files: what the producer sends, what the dependency can take and when it fails, how
+//! the workload and both autoscalers are configured, and what the end-to-end checks expect.
+//!
+//! Scenarios live in `crates/lab/scenarios/*.yaml`. Every time in a scenario is lab (wall) time:
+//! the constants of a production setup are scaled by `timeScale` (documented in each file), the
+//! logic is not.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use backpressure_api::duration::{format_duration, parse_duration};
+use backpressure_api::v1alpha1::WorkerBackpressureSpec;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Why a scenario could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid scenario.
+    #[error("parsing {path}: {reason}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No scenario of that name.
+    #[error("no scenario named {0:?} (known: {1})")]
+    Unknown(String, String),
+}
+
+/// A duration written Go-style in the file (`150ms`, `30s`, `2m`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+
+impl Dur {
+    /// Seconds as a float.
+    pub fn secs(self) -> f64 {
+        self.0.as_secs_f64()
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text)
+            .map(Dur)
+            .map_err(|e| serde::de::Error::custom(format!("{text:?}: {e}")))
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+/// One point of a piecewise schedule: from `at`, the value moves to `value`, linearly over
+/// `rampOver` (a step when absent).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Point {
+    /// When the change starts.
+    pub at: Dur,
+    /// The value reached.
+    pub value: f64,
+    /// How long the linear change takes.
+    #[serde(default)]
+    pub ramp_over: Dur,
+}
+
+/// A value over time: a list of [`Point`]s sorted by `at`. Before the first point the value is
+/// the first point's value.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(transparent)]
+pub struct Schedule(pub Vec<Point>);
+
+impl Schedule {
+    /// A constant schedule.
+    pub fn constant(value: f64) -> Self {
+        Schedule(vec![Point {
+            at: Dur::default(),
+            value,
+            ramp_over: Dur::default(),
+        }])
+    }
+
+    /// The value at `t` since the start of the run. A ramp starts from the value the schedule
+    /// had when it began (also when an earlier ramp was still running).
+    pub fn value_at(&self, t: Duration) -> f64 {
+        Self::eval(&self.0, t)
+    }
+
+    fn eval(points: &[Point], t: Duration) -> f64 {
+        let Some(first) = points.first() else {
+            return 0.0;
+        };
+        // The last point that has started.
+        let Some(i) = points.iter().rposition(|p| p.at.0 <= t) else {
+            return first.value;
+        };
+        let p = &points[i];
+        let over = p.ramp_over.secs();
+        let into = (t - p.at.0).as_secs_f64();
+        if over > 0.0 && into < over {
+            let start = if i == 0 {
+                p.value
+            } else {
+                Self::eval(&points[..i], p.at.0)
+            };
+            start + (p.value - start) * (into / over)
+        } else {
+            p.value
+        }
+    }
+
+    fn check(&self, what: &str) -> Result<(), String> {
+        if self.0.is_empty() {
+            return Err(format!("{what}: needs at least one point"));
+        }
+        if self.0.windows(2).any(|w| w[1].at < w[0].at) {
+            return Err(format!("{what}: points must be sorted by `at`"));
+        }
+        if self.0.iter().any(|p| !p.value.is_finite() || p.value < 0.0) {
+            return Err(format!("{what}: values must be finite and not negative"));
+        }
+        Ok(())
+    }
+}
+
+/// The workload: the Deployment the autoscalers scale and what each worker does.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Workload {
+    /// Deployment name, also the `workload` label of every series.
+    pub name: String,
+    /// Replicas at the start of the run.
+    pub initial_replicas: i32,
+    /// Time from a pod's creation to Ready (image pull, start, readiness): what scale-out costs.
+    pub pod_startup_delay: Dur,
+    /// Local work per message besides the dependency call.
+    pub processing: Dur,
+}
+
+/// The queue (Redis stream with a consumer group).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueueSpec {
+    /// A message not acknowledged within this time is delivered again.
+    pub visibility_timeout: Dur,
+    /// A message delivered this many times without success goes to the dead-letter stream.
+    pub max_deliveries: u32,
+}
+
+/// The producer.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProducerSpec {
+    /// Messages per second over time.
+    pub rate: Schedule,
+}
+
+/// The dependency every message needs.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DependencySpec {
+    /// Time to serve one request.
+    pub latency: Dur,
+    /// Requests per second it can serve over time; 0 is an outage (every request fails).
+    pub capacity: Schedule,
+    /// Fraction of requests that fail regardless of load (partial failure), over time.
+    #[serde(default = "zero_schedule")]
+    pub failure_rate: Schedule,
+}
+
+fn zero_schedule() -> Schedule {
+    Schedule::constant(0.0)
+}
+
+/// The comparison autoscaler: an HPA (or KEDA) scaling on queue age alone.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HpaLikeSpec {
+    /// Target queue age (the metric's target value).
+    pub target_queue_age: Dur,
+    /// How often it evaluates (the HPA's 15 s sync period, scaled).
+    pub sync_period: Dur,
+    /// Relative tolerance around the target in which nothing changes (HPA: 0.1).
+    #[serde(default = "default_tolerance")]
+    pub tolerance: f64,
+    /// Scale-up policy period (HPA default 15 s, scaled); per period at most
+    /// max(`scaleUpPercent`% of current, `scaleUpPods`) pods are added.
+    pub scale_up_period: Dur,
+    /// Pods per scale-up period (HPA default 4).
+    #[serde(default = "default_scale_up_pods")]
+    pub scale_up_pods: i32,
+    /// Percent per scale-up period (HPA default 100).
+    #[serde(default = "default_scale_up_percent")]
+    pub scale_up_percent: i32,
+    /// Scale-down stabilization window (HPA default 300 s, scaled).
+    pub scale_down_stabilization: Dur,
+}
+
+fn default_tolerance() -> f64 {
+    0.1
+}
+fn default_scale_up_pods() -> i32 {
+    4
+}
+fn default_scale_up_percent() -> i32 {
+    100
+}
+
+/// A named window of the run (for the checks and the plot).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Phase {
+    /// Name, for example `outage`.
+    pub name: String,
+    /// Start.
+    pub from: Dur,
+    /// End.
+    pub to: Dur,
+}
+
+/// What the end-to-end run asserts from the recorded data.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Expectations {
+    /// In this phase the operator's replicas do not grow while the comparison's do.
+    #[serde(default)]
+    pub hold_during: Option<String>,
+    /// In this phase the dependency load of the operator run stays within `factor` × capacity
+    /// while there is a backlog.
+    #[serde(default)]
+    pub load_within_capacity: Option<LoadCheck>,
+    /// The operator run dead-letters fewer messages than the comparison.
+    #[serde(default)]
+    pub fewer_dead_letters: bool,
+    /// The operator scales out (above the initial replicas).
+    #[serde(default)]
+    pub scale_out: bool,
+}
+
+/// Load check parameters.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoadCheck {
+    /// The phase.
+    pub during: String,
+    /// Largest allowed load / capacity.
+    pub factor: f64,
+}
+
+/// A scenario file.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name (the file name without `.yaml`).
+    pub name: String,
+    /// One paragraph: what happens and what to look for.
+    pub description: String,
+    /// Wall seconds of the lab per second of the production setup it models (informative: the
+    /// durations below are already scaled).
+    pub time_scale: f64,
+    /// Length of the run.
+    pub duration: Dur,
+    /// Seed of the producer's and the dependency's randomness (same in both runs).
+    pub seed: u64,
+    /// Named windows.
+    #[serde(default)]
+    pub phases: Vec<Phase>,
+    /// The workload.
+    pub workload: Workload,
+    /// The queue.
+    pub queue: QueueSpec,
+    /// The producer.
+    pub producer: ProducerSpec,
+    /// The dependency.
+    pub dependency: DependencySpec,
+    /// The comparison autoscaler.
+    pub hpa_like: HpaLikeSpec,
+    /// The WorkerBackpressure object of the operator run (`targetRef` is the workload).
+    pub worker_backpressure: WorkerBackpressureSpec,
+    /// What the end-to-end run checks.
+    #[serde(default)]
+    pub expect: Expectations,
+}
+
+/// The directory of the bundled scenarios.
+pub fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
+}
+
+/// The bundled scenario names, sorted.
+pub fn bundled() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(scenarios_dir())
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| {
+                    let p = e.path();
+                    (p.extension().is_some_and(|x| x == "yaml"))
+                        .then(|| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+                        .flatten()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+impl Scenario {
+    /// Loads a scenario by bundled name or by path.
+    pub fn load(name_or_path: &str) -> Result<Self, ScenarioError> {
+        let as_path = Path::new(name_or_path);
+        let path = if as_path.extension().is_some_and(|x| x == "yaml") || as_path.is_file() {
+            as_path.to_owned()
+        } else {
+            let p = scenarios_dir().join(format!("{name_or_path}.yaml"));
+            if !p.is_file() {
+                return Err(ScenarioError::Unknown(
+                    name_or_path.to_owned(),
+                    bundled().join(", "),
+                ));
+            }
+            p
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ScenarioError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|reason| ScenarioError::Parse { path, reason })
+    }
+
+    /// Parses and checks a scenario document.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let s: Scenario = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+        s.check()?;
+        Ok(s)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.producer.rate.check("producer.rate")?;
+        self.dependency.capacity.check("dependency.capacity")?;
+        self.dependency
+            .failure_rate
+            .check("dependency.failureRate")?;
+        if self.dependency.failure_rate.0.iter().any(|p| p.value > 1.0) {
+            return Err("dependency.failureRate: values must be at most 1".into());
+        }
+        if self.queue.max_deliveries == 0 {
+            return Err("queue.maxDeliveries must be at least 1".into());
+        }
+        if self.queue.visibility_timeout.0.is_zero() {
+            return Err("queue.visibilityTimeout must be positive".into());
+        }
+        if self.workload.initial_replicas < 1 {
+            return Err("workload.initialReplicas must be at least 1".into());
+        }
+        if self.duration.0.is_zero() {
+            return Err("duration must be positive".into());
+        }
+        if self.hpa_like.sync_period.0.is_zero() || self.hpa_like.target_queue_age.0.is_zero() {
+            return Err("hpaLike.syncPeriod and hpaLike.targetQueueAge must be positive".into());
+        }
+        if self.worker_backpressure.target_ref.name != self.workload.name {
+            return Err(format!(
+                "workerBackpressure.targetRef.name {:?} must name the workload {:?}",
+                self.worker_backpressure.target_ref.name, self.workload.name
+            ));
+        }
+        for p in &self.phases {
+            if p.to < p.from {
+                return Err(format!("phase {}: `to` before `from`", p.name));
+            }
+        }
+        let phase_names: Vec<&str> = self.phases.iter().map(|p| p.name.as_str()).collect();
+        for name in self
+            .expect
+            .hold_during
+            .iter()
+            .chain(self.expect.load_within_capacity.iter().map(|l| &l.during))
+        {
+            if !phase_names.contains(&name.as_str()) {
+                return Err(format!("expect names an unknown phase {name:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The phase of that name.
+    pub fn phase(&self, name: &str) -> Option<&Phase> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+
+    /// Replica bounds of the workload (from the WorkerBackpressure, with the API defaults).
+    pub fn replica_bounds(&self) -> (i32, i32) {
+        use backpressure_api::defaults as d;
+        let s = self.worker_backpressure.scaling.as_ref();
+        (
+            s.and_then(|s| s.min_replicas).unwrap_or(d::MIN_REPLICAS),
+            s.and_then(|s| s.max_replicas).unwrap_or(d::MAX_REPLICAS),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn p(at: u64, value: f64, ramp: u64) -> Point {
+        Point {
+            at: Dur(Duration::from_secs(at)),
+            value,
+            ramp_over: Dur(Duration::from_secs(ramp)),
+        }
+    }
+
+    #[test]
+    fn schedule_steps_and_ramps() {
+        let s = Schedule(vec![p(0, 50.0, 0), p(10, 0.0, 0), p(20, 40.0, 10)]);
+        let at = |secs: f64| s.value_at(Duration::from_secs_f64(secs));
+        assert_eq!(at(0.0), 50.0);
+        assert_eq!(at(9.9), 50.0);
+        assert_eq!(at(10.0), 0.0);
+        assert_eq!(at(19.0), 0.0);
+        assert!((at(25.0) - 20.0).abs() < 1e-9);
+        assert!((at(29.0) - 36.0).abs() < 1e-9);
+        assert_eq!(at(30.0), 40.0);
+        assert_eq!(at(1000.0), 40.0);
+    }
+
+    #[test]
+    fn ramp_starts_from_the_value_reached() {
+        // A ramp that starts while an earlier ramp is still running starts from where it got.
+        let s = Schedule(vec![p(0, 0.0, 0), p(0, 100.0, 10), p(5, 0.0, 5)]);
+        let v = s.value_at(Duration::from_secs_f64(7.5));
+        assert!((v - 25.0).abs() < 1e-9, "{v}");
+    }
+
+    #[test]
+    fn bundled_scenarios_parse_and_are_consistent() {
+        let names = bundled();
+        for want in ["outage-and-recovery", "producer-surge", "quota-overload"] {
+            assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
+        }
+        for name in names {
+            let s = Scenario::load(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s.name, name);
+            let (min, max) = s.replica_bounds();
+            assert!(min <= s.workload.initial_replicas && s.workload.initial_replicas <= max);
+            for ph in &s.phases {
+                assert!(
+                    ph.to <= s.duration,
+                    "{name}: phase {} ends after the run",
+                    ph.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_bad_files_with_reasons() {
+        let good = std::fs::read_to_string(scenarios_dir().join("producer-surge.yaml")).unwrap();
+        assert!(Scenario::parse(&good).is_ok());
+        let bad = good.replace("maxDeliveries: ", "maxDeliveries: 0 #");
+        assert!(Scenario::parse(&bad).unwrap_err().contains("maxDeliveries"));
+        let unknown = format!("{good}\nsurprise: 1\n");
+        assert!(Scenario::parse(&unknown).unwrap_err().contains("surprise"));
+    }
+}
