@@ -1,1 +1,3 @@
-//! backpressure-worker
+//! backpressure-worker (crate docs are completed below).
+
+pub mod controller;

@@ -1,0 +1,453 @@
+//! Backpressure controllers: they turn message outcomes into a backoff factor and a number of
+//! permits.
+//!
+//! A [`Controller`] is plain, synchronous, deterministic state. It never reads a clock: every
+//! call takes the current time as a [`Nanos`] (a monotonic timestamp since an epoch the caller
+//! picks), and the only randomness (probe jitter) comes from a generator seeded at construction.
+//! The simulator drives controllers directly; a worker process shares one behind the
+//! [`crate::permits::Gate`].
+//!
+//! Controllers (chosen by [`Algorithm`] in the [`WorkerConfig`]):
+//!
+//! - [`SetPoint`] (default): the set-point integrator with probing and slow start;
+//! - [`RatioThrottle`]: Google SRE client-side throttling with `K = 1/(1 - s)`, windowed;
+//! - [`Fixed`]: always `maxPermits`, honouring the operator's brake;
+//! - [`Off`]: always `maxPermits`, brake ignored.
+//!
+//! ```
+//! use backpressure_api::wire::WorkerConfig;
+//! use backpressure_worker::controller::{self, Nanos, Outcome};
+//!
+//! let mut c = controller::from_config(&WorkerConfig::default(), 7);
+//! let now = Nanos::from_secs(1);
+//! assert_eq!(c.permits(now, 0), 16);
+//! for _ in 0..40 {
+//!     c.record(now, Outcome::DependencyFailure);
+//! }
+//! assert_eq!(c.backoff(now), 1.0);
+//! assert_eq!(c.permits(now, 0), 0); // fully backed off: only a timed probe gets through
+//! ```
+
+mod fixed;
+mod probe;
+mod ratio;
+mod set_point;
+
+use std::fmt;
+use std::ops::{Add, Sub};
+use std::time::Duration;
+
+pub use backpressure_api::v1alpha1::Algorithm;
+use backpressure_api::wire::{BrakeConfig, WorkerConfig};
+
+pub use fixed::{Fixed, Off};
+pub use ratio::RatioThrottle;
+pub use set_point::SetPoint;
+
+/// A monotonic timestamp in nanoseconds since an epoch chosen by the caller (the process start
+/// for a worker, zero for a simulation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Nanos(pub u64);
+
+impl Nanos {
+    /// The epoch.
+    pub const ZERO: Nanos = Nanos(0);
+
+    /// `s` seconds after the epoch (or a span of `s` seconds).
+    pub const fn from_secs(s: u64) -> Self {
+        Nanos(s.saturating_mul(1_000_000_000))
+    }
+
+    /// `ms` milliseconds after the epoch (or a span).
+    pub const fn from_millis(ms: u64) -> Self {
+        Nanos(ms.saturating_mul(1_000_000))
+    }
+
+    /// A [`Duration`] as nanoseconds, saturating at `u64::MAX`.
+    pub fn from_duration(d: Duration) -> Self {
+        Nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The raw nanosecond count.
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Seconds as a float.
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+
+    /// As a [`Duration`].
+    pub const fn as_duration(self) -> Duration {
+        Duration::from_nanos(self.0)
+    }
+
+    /// `self - earlier`, or zero if `earlier` is later.
+    pub const fn saturating_sub(self, earlier: Nanos) -> Nanos {
+        Nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl Add for Nanos {
+    type Output = Nanos;
+    fn add(self, rhs: Nanos) -> Nanos {
+        Nanos(self.0.saturating_add(rhs.0))
+    }
+}
+
+impl Add<Duration> for Nanos {
+    type Output = Nanos;
+    fn add(self, rhs: Duration) -> Nanos {
+        self + Nanos::from_duration(rhs)
+    }
+}
+
+impl Sub for Nanos {
+    type Output = Nanos;
+    /// Saturating: never underflows.
+    fn sub(self, rhs: Nanos) -> Nanos {
+        self.saturating_sub(rhs)
+    }
+}
+
+/// The outcome of processing one message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Processed successfully.
+    Success,
+    /// Failed because of a dependency or overload (timeouts, 429/503, throttling, connection
+    /// errors). The only outcome that drives backoff up.
+    DependencyFailure,
+    /// Failed because of the message itself (validation, poison message, a 4xx). Never drives
+    /// backoff: the dependency answered.
+    MessageFailure,
+}
+
+impl Outcome {
+    /// All outcomes, in the order of [`backpressure_api::wire::metrics::CLASSES`].
+    pub const ALL: [Outcome; 3] = [
+        Outcome::Success,
+        Outcome::DependencyFailure,
+        Outcome::MessageFailure,
+    ];
+
+    /// The `class` label value of the wire contract.
+    pub const fn class(self) -> &'static str {
+        use backpressure_api::wire::metrics as m;
+        match self {
+            Outcome::Success => m::CLASS_SUCCESS,
+            Outcome::DependencyFailure => m::CLASS_DEPENDENCY_FAILURE,
+            Outcome::MessageFailure => m::CLASS_MESSAGE_FAILURE,
+        }
+    }
+
+    /// Index into [`Outcome::ALL`].
+    pub const fn index(self) -> usize {
+        match self {
+            Outcome::Success => 0,
+            Outcome::DependencyFailure => 1,
+            Outcome::MessageFailure => 2,
+        }
+    }
+}
+
+/// What a controller is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Permits follow the backoff factor.
+    Normal,
+    /// Fully backed off: one probe at a time on a growing, jittered interval.
+    Probing,
+    /// A probe succeeded: permits grow by one per success up to the slow-start threshold.
+    SlowStart,
+}
+
+impl Mode {
+    /// A stable lower-case name (logs, metrics).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Normal => "normal",
+            Mode::Probing => "probing",
+            Mode::SlowStart => "slow_start",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The operator's emergency brake in controller time: a minimum backoff, optionally until a
+/// moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Brake {
+    /// Minimum backoff in [0,1].
+    pub min_backoff: f64,
+    /// The brake lifts itself at this time, if set.
+    pub until: Option<Nanos>,
+}
+
+impl Brake {
+    /// Converts the wire brake (whose expiry is Unix seconds) to controller time, given the
+    /// current time in both clocks. An expiry already in the past gives a brake that is inactive.
+    pub fn from_wire(brake: &BrakeConfig, now: Nanos, now_unix: i64) -> Brake {
+        let until = brake.expires_at_unix.map(|t| {
+            let ahead = t.saturating_sub(now_unix);
+            if ahead <= 0 {
+                now
+            } else {
+                now + Nanos::from_secs(ahead.unsigned_abs())
+            }
+        });
+        Brake {
+            min_backoff: clamp01(brake.min_backoff),
+            until,
+        }
+    }
+
+    /// The minimum backoff in force at `now`, if any.
+    pub fn active(&self, now: Nanos) -> Option<f64> {
+        match self.until {
+            Some(t) if now >= t => None,
+            _ => Some(clamp01(self.min_backoff)),
+        }
+    }
+}
+
+/// Knobs of every controller: the [`WorkerConfig`] fields plus library-side settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Which controller.
+    pub algorithm: Algorithm,
+    /// Set point `s` in (0,1): the dependency-failure fraction treated as background noise.
+    pub set_point: f64,
+    /// Reaction size `N`: dependency failures that take the backoff from 0 to 1.
+    pub reaction: u32,
+    /// Maximum permits (concurrency) at zero backoff.
+    pub max_permits: u32,
+    /// First probe interval once fully backed off.
+    pub probe_initial: Nanos,
+    /// The probe interval doubles after each failed probe up to this.
+    pub probe_max: Nanos,
+    /// [`SetPoint`] only: headroom below zero backoff, in units of one reaction (`credit * N`
+    /// net dependency failures are absorbed after a healthy period before permits drop). It
+    /// keeps the backoff at exactly 0 while the failure fraction stays clearly under the set
+    /// point (the threshold of gRPC's retry-throttling token bucket plays the same role).
+    /// 0 gives the plain integrator.
+    pub credit: f64,
+    /// [`SetPoint`] and [`RatioThrottle`]: replace message probes with a health check (see
+    /// [`Controller::health_check_due`]); needed for FIFO queues, where a probe would hit the
+    /// same head message again and again.
+    pub health_check_probes: bool,
+    /// [`RatioThrottle`] only: length of the sliding window.
+    pub ratio_window: Nanos,
+}
+
+/// Default [`Settings::credit`].
+pub const DEFAULT_CREDIT: f64 = 1.0;
+/// Default [`Settings::ratio_window`] (grpc-go's adaptive throttler uses 30 s).
+pub const DEFAULT_RATIO_WINDOW: Nanos = Nanos::from_secs(30);
+
+impl Settings {
+    /// The settings of a (validated) wire configuration, with library defaults for the rest.
+    /// Out-of-range values are clamped to the nearest valid one.
+    pub fn from_config(cfg: &WorkerConfig) -> Self {
+        Settings {
+            algorithm: cfg.algorithm,
+            set_point: cfg.set_point,
+            reaction: cfg.reaction,
+            max_permits: cfg.max_permits,
+            probe_initial: Nanos::from_millis(cfg.probe_initial_ms),
+            probe_max: Nanos::from_millis(cfg.probe_max_ms),
+            credit: DEFAULT_CREDIT,
+            health_check_probes: false,
+            ratio_window: DEFAULT_RATIO_WINDOW,
+        }
+        .sanitized()
+    }
+
+    /// Clamps every field into its valid range (so a controller never divides by zero).
+    pub fn sanitized(mut self) -> Self {
+        if !(self.set_point.is_finite() && self.set_point > 0.0 && self.set_point < 1.0) {
+            self.set_point = if self.set_point >= 1.0 { 0.99 } else { 0.0001 };
+        }
+        self.set_point = self.set_point.clamp(0.0001, 0.99);
+        self.reaction = self.reaction.max(1);
+        self.max_permits = self.max_permits.max(1);
+        self.probe_initial = Nanos(self.probe_initial.0.max(1));
+        self.probe_max = Nanos(self.probe_max.0.max(self.probe_initial.0));
+        if !(self.credit.is_finite() && self.credit >= 0.0) {
+            self.credit = 0.0;
+        }
+        self.ratio_window = Nanos(self.ratio_window.0.max(1_000_000));
+        self
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::from_config(&WorkerConfig::default())
+    }
+}
+
+/// A backpressure controller. Object safe and `Send`; see the module docs.
+///
+/// The calling protocol of a worker:
+/// 1. before each poll, `permits(now, in_flight)` where `in_flight` counts messages being
+///    processed *and* permits handed out for polls that have not returned yet;
+/// 2. after a poll, `release_unused(now, k)` for the `k` permits the poll did not use (an empty
+///    poll is not a probe result);
+/// 3. after each processed message, `record(now, outcome)`.
+pub trait Controller: Send + fmt::Debug {
+    /// The algorithm implemented.
+    fn algorithm(&self) -> Algorithm;
+
+    /// The settings in force.
+    fn settings(&self) -> &Settings;
+
+    /// Records the outcome of one processed message.
+    fn record(&mut self, now: Nanos, outcome: Outcome);
+
+    /// How many more messages may be taken now, given `in_flight` messages being processed or
+    /// polled for.
+    fn permits(&mut self, now: Nanos, in_flight: u32) -> u32;
+
+    /// Returns `unused` permits of the last grant that no message came back for.
+    fn release_unused(&mut self, now: Nanos, unused: u32) {
+        let _ = (now, unused);
+    }
+
+    /// Total concurrency allowed now (the permits gauge); 0 when fully backed off.
+    fn limit(&self, now: Nanos) -> u32;
+
+    /// The backoff factor in [0,1] (including an active brake).
+    fn backoff(&self, now: Nanos) -> f64;
+
+    /// The current mode.
+    fn mode(&self) -> Mode;
+
+    /// Applies new settings of the same algorithm, keeping the backoff state.
+    fn reconfigure(&mut self, now: Nanos, settings: Settings);
+
+    /// Sets or clears the operator's brake.
+    fn set_brake(&mut self, brake: Option<Brake>);
+
+    /// The earliest future time at which [`Controller::permits`] may grant more without a new
+    /// outcome (a probe coming due, a brake expiring), if any. A waiting worker sleeps until then.
+    fn next_change(&self, now: Nanos) -> Option<Nanos>;
+
+    /// With [`Settings::health_check_probes`]: whether a health check should run now instead of
+    /// a message probe. Returning true schedules the next one; report the result with
+    /// [`Controller::record_health_check`].
+    fn health_check_due(&mut self, now: Nanos) -> bool {
+        let _ = now;
+        false
+    }
+
+    /// Starts from a backoff carried over from a previous controller (when the algorithm
+    /// changes at runtime). Controllers that derive their backoff from a window ignore it.
+    fn start_from(&mut self, now: Nanos, backoff: f64) {
+        let _ = (now, backoff);
+    }
+
+    /// Reports the result of a health check started after [`Controller::health_check_due`].
+    fn record_health_check(&mut self, now: Nanos, healthy: bool) {
+        let _ = (now, healthy);
+    }
+}
+
+/// Builds the controller named by `settings.algorithm`. `seed` seeds the probe jitter.
+pub fn build(settings: Settings, seed: u64) -> Box<dyn Controller> {
+    let settings = settings.sanitized();
+    match settings.algorithm {
+        Algorithm::SetPoint => Box::new(SetPoint::new(settings, seed)),
+        Algorithm::RatioThrottle => Box::new(RatioThrottle::new(settings, seed)),
+        Algorithm::Fixed => Box::new(Fixed::new(settings)),
+        Algorithm::Off => Box::new(Off::new(settings)),
+    }
+}
+
+/// Builds the controller of a wire configuration (without its brake; see [`Brake::from_wire`]).
+pub fn from_config(cfg: &WorkerConfig, seed: u64) -> Box<dyn Controller> {
+    build(Settings::from_config(cfg), seed)
+}
+
+/// Applies `settings` to `controller`: reconfigures in place when the algorithm is unchanged,
+/// otherwise replaces it with a new controller that starts from the old backoff where the new
+/// algorithm can carry it. The brake is carried over.
+pub fn apply_settings(
+    controller: &mut Box<dyn Controller>,
+    now: Nanos,
+    settings: Settings,
+    seed: u64,
+    brake: Option<Brake>,
+) {
+    let settings = settings.sanitized();
+    if controller.algorithm() == settings.algorithm {
+        controller.reconfigure(now, settings);
+    } else {
+        let previous = controller.backoff(now);
+        let mut next = build(settings, seed);
+        next.start_from(now, previous);
+        *controller = next;
+    }
+    controller.set_brake(brake);
+}
+
+/// Clamps to [0,1], mapping NaN to 1 (fail safe: a broken computation backs off).
+pub(crate) fn clamp01(x: f64) -> f64 {
+    if x.is_nan() { 1.0 } else { x.clamp(0.0, 1.0) }
+}
+
+/// Permits for a backoff: `floor(max * (1 - b))`, with a small tolerance so that `b = 1 - k/max`
+/// gives exactly `k`.
+pub(crate) fn limit_for(max_permits: u32, backoff: f64) -> u32 {
+    let raw = f64::from(max_permits) * (1.0 - clamp01(backoff)) + 1e-9;
+    (raw.floor() as u32).min(max_permits)
+}
+
+/// The permits cap of an active brake (`max_permits` without one).
+pub(crate) fn brake_cap(brake: Option<&Brake>, max_permits: u32, now: Nanos) -> u32 {
+    match brake.and_then(|b| b.active(now)) {
+        Some(min) => limit_for(max_permits, min),
+        None => max_permits,
+    }
+}
+
+/// The earliest of two optional times.
+pub(crate) fn earliest(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// SplitMix64: a tiny, seedable, allocation-free generator for probe jitter.
+#[derive(Clone, Debug)]
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(crate) fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0,1).
+    pub(crate) fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,312 @@
+//! The set-point integrator with probing and slow start (the default controller).
+
+use backpressure_api::v1alpha1::Algorithm;
+
+use super::probe::ProbeSchedule;
+use super::{
+    Brake, Controller, Mode, Nanos, Outcome, Settings, brake_cap, clamp01, earliest, limit_for,
+};
+
+/// How fast the remembered peak of permits decays: one permit per this many nanoseconds.
+const PEAK_DECAY_PER_PERMIT: f64 = 3e9;
+
+/// The set-point integrator (see `research/algorithms.md` §10.2).
+///
+/// State: an integrator `x` in `[-credit, 1]`; the backoff factor is `max(0, x)`.
+///
+/// - a dependency failure moves `x` up by `1/N`, a success down by `s/((1-s)N)`, a message
+///   failure not at all. The expected drift per outcome is `(f - s)/((1-s)N)` for a dependency
+///   failure fraction `f`, so the only equilibrium between the clamps is `f = s`: under a load
+///   dependent overload the long-run failure fraction of attempts converges to the set point;
+/// - permits are `floor(maxPermits * (1 - backoff))`;
+/// - when that reaches 0 the controller is fully backed off ([`Mode::Probing`]): it grants one
+///   message at a time, only with nothing in flight, on an interval that starts at
+///   `probe_initial`, doubles after each failed probe up to `probe_max`, and is jittered by
+///   U[0.5, 1). An empty poll is not a probe result: the grant is simply available again;
+/// - a successful probe sets permits to 2 and enters [`Mode::SlowStart`]: +1 permit per success
+///   until `ssthresh = max(2, peak/2)` (the peak of permits before the backoff, decaying one
+///   permit per 3 s), or until the first dependency failure; then [`Mode::Normal`].
+///
+/// The credit below zero ([`Settings::credit`]) absorbs isolated failures after a healthy period
+/// so that a failure fraction clearly under the set point never reduces permits.
+#[derive(Clone, Debug)]
+pub struct SetPoint {
+    settings: Settings,
+    /// Integrator state in [-credit, 1].
+    x: f64,
+    /// Step up per dependency failure: 1/N.
+    up: f64,
+    /// Step down per success: s/((1-s)N).
+    down: f64,
+    mode: Mode,
+    probe: ProbeSchedule,
+    /// A message probe was granted and no result or release has come back yet.
+    probe_armed: bool,
+    ssthresh: u32,
+    peak: f64,
+    peak_at: Option<Nanos>,
+    brake: Option<Brake>,
+}
+
+impl SetPoint {
+    /// A controller at zero backoff. `seed` seeds the probe jitter.
+    pub fn new(settings: Settings, seed: u64) -> Self {
+        let settings = settings.sanitized();
+        let probe = ProbeSchedule::new(settings.probe_initial, settings.probe_max, seed);
+        let mut c = SetPoint {
+            // Start with the full credit: a fresh worker is assumed healthy.
+            x: -settings.credit,
+            up: 0.0,
+            down: 0.0,
+            mode: Mode::Normal,
+            probe,
+            probe_armed: false,
+            ssthresh: 2,
+            peak: f64::from(settings.max_permits),
+            peak_at: None,
+            brake: None,
+            settings,
+        };
+        c.set_steps();
+        c
+    }
+
+    /// Sets the backoff factor directly (carrying state over from another controller, tests).
+    pub fn set_backoff(&mut self, now: Nanos, backoff: f64) {
+        self.x = clamp01(backoff);
+        self.mode = Mode::Normal;
+        self.settle(now);
+    }
+
+    /// The integrator state, which may be negative (credit).
+    pub fn integrator(&self) -> f64 {
+        self.x
+    }
+
+    /// The slow-start threshold set when full backoff was last entered.
+    pub fn ssthresh(&self) -> u32 {
+        self.ssthresh
+    }
+
+    /// The current probe interval (before jitter).
+    pub fn probe_interval(&self) -> Nanos {
+        self.probe.interval()
+    }
+
+    fn set_steps(&mut self) {
+        let s = self.settings.set_point;
+        let n = f64::from(self.settings.reaction);
+        self.up = 1.0 / n;
+        self.down = s / ((1.0 - s) * n);
+    }
+
+    fn own_limit(&self) -> u32 {
+        limit_for(self.settings.max_permits, self.x)
+    }
+
+    fn integrate(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Success => {
+                self.x = snap((self.x - self.down).max(-self.settings.credit));
+            }
+            Outcome::DependencyFailure => self.x = snap((self.x + self.up).min(1.0)),
+            Outcome::MessageFailure => {}
+        }
+    }
+
+    /// Enters or leaves full backoff according to the integrator.
+    fn settle(&mut self, now: Nanos) {
+        let limit = self.own_limit();
+        if limit == 0 {
+            if self.mode != Mode::Probing {
+                self.enter_probing(now);
+            }
+        } else if self.mode == Mode::Probing {
+            self.mode = Mode::Normal;
+            self.probe_armed = false;
+        }
+        if self.mode == Mode::Normal {
+            self.track_peak(now, limit);
+        }
+    }
+
+    fn enter_probing(&mut self, now: Nanos) {
+        self.track_peak(now, 0);
+        let half = (self.peak / 2.0).floor() as u32;
+        self.ssthresh = half.clamp(2, self.settings.max_permits.max(2));
+        self.mode = Mode::Probing;
+        self.probe_armed = false;
+        self.x = 1.0;
+        self.probe.start(now);
+    }
+
+    fn track_peak(&mut self, now: Nanos, limit: u32) {
+        let elapsed = self.peak_at.map_or(0.0, |t| now.saturating_sub(t).0 as f64);
+        let decayed = self.peak - elapsed / PEAK_DECAY_PER_PERMIT;
+        self.peak = decayed.max(f64::from(limit));
+        self.peak_at = Some(now);
+    }
+
+    fn probe_succeeded(&mut self, now: Nanos) {
+        let p = f64::from(self.settings.max_permits);
+        self.x = self.x.min(1.0 - 2.0 / p).max(0.0);
+        self.probe.reset(now);
+        self.mode = Mode::SlowStart;
+        self.leave_slow_start_if_done(now);
+    }
+
+    fn probe_failed(&mut self, now: Nanos) {
+        self.x = 1.0;
+        self.probe.failed(now);
+    }
+
+    fn leave_slow_start_if_done(&mut self, now: Nanos) {
+        if self.own_limit() >= self.ssthresh.min(self.settings.max_permits) {
+            self.mode = Mode::Normal;
+            self.track_peak(now, self.own_limit());
+        }
+    }
+}
+
+impl Controller for SetPoint {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::SetPoint
+    }
+
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn record(&mut self, now: Nanos, outcome: Outcome) {
+        match self.mode {
+            Mode::Probing if self.probe_armed => {
+                self.probe_armed = false;
+                match outcome {
+                    Outcome::Success => self.probe_succeeded(now),
+                    Outcome::DependencyFailure => self.probe_failed(now),
+                    // The dependency was not exercised: another probe may go out now.
+                    Outcome::MessageFailure => self.probe.allow_now(now),
+                }
+            }
+            Mode::SlowStart => match outcome {
+                Outcome::Success => {
+                    let p = f64::from(self.settings.max_permits);
+                    self.x = (self.x - 1.0 / p).max(0.0);
+                    self.leave_slow_start_if_done(now);
+                }
+                Outcome::DependencyFailure => {
+                    self.mode = Mode::Normal;
+                    self.integrate(outcome);
+                    self.settle(now);
+                }
+                Outcome::MessageFailure => {}
+            },
+            // Normal, or a late outcome of a message taken before full backoff.
+            _ => {
+                self.integrate(outcome);
+                self.settle(now);
+            }
+        }
+    }
+
+    fn permits(&mut self, now: Nanos, in_flight: u32) -> u32 {
+        let cap = brake_cap(self.brake.as_ref(), self.settings.max_permits, now);
+        match self.mode {
+            Mode::Probing => {
+                if cap == 0
+                    || in_flight > 0
+                    || self.settings.health_check_probes
+                    || !self.probe.due(now)
+                {
+                    0
+                } else {
+                    // Stateless grant: if the poll comes back empty the grant is simply
+                    // available again; `probe_armed` only tells the next outcome it is a probe.
+                    self.probe_armed = true;
+                    1
+                }
+            }
+            _ => self.own_limit().min(cap).saturating_sub(in_flight),
+        }
+    }
+
+    fn release_unused(&mut self, _now: Nanos, unused: u32) {
+        if unused > 0 && self.mode == Mode::Probing {
+            self.probe_armed = false;
+        }
+    }
+
+    fn limit(&self, now: Nanos) -> u32 {
+        let cap = brake_cap(self.brake.as_ref(), self.settings.max_permits, now);
+        self.own_limit().min(cap)
+    }
+
+    fn backoff(&self, now: Nanos) -> f64 {
+        let own = clamp01(self.x);
+        match self.brake.as_ref().and_then(|b| b.active(now)) {
+            Some(min) => own.max(min),
+            None => own,
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    fn reconfigure(&mut self, now: Nanos, settings: Settings) {
+        let settings = settings.sanitized();
+        self.probe
+            .set_bounds(settings.probe_initial, settings.probe_max);
+        self.settings = settings;
+        self.x = self.x.max(-self.settings.credit);
+        self.set_steps();
+        self.peak = self.peak.min(f64::from(self.settings.max_permits));
+        self.settle(now);
+    }
+
+    fn set_brake(&mut self, brake: Option<Brake>) {
+        self.brake = brake;
+    }
+
+    fn next_change(&self, now: Nanos) -> Option<Nanos> {
+        let probe =
+            (self.mode == Mode::Probing && !self.probe.due(now)).then(|| self.probe.next_at());
+        let brake = self
+            .brake
+            .as_ref()
+            .and_then(|b| b.until)
+            .filter(|t| *t > now);
+        earliest(probe, brake)
+    }
+
+    fn health_check_due(&mut self, now: Nanos) -> bool {
+        if self.settings.health_check_probes && self.mode == Mode::Probing && self.probe.due(now) {
+            // Schedule the next check now, so a lost result can never stall probing.
+            self.probe.hold(now);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn start_from(&mut self, now: Nanos, backoff: f64) {
+        self.set_backoff(now, backoff);
+    }
+
+    fn record_health_check(&mut self, now: Nanos, healthy: bool) {
+        if self.mode != Mode::Probing {
+            return;
+        }
+        if healthy {
+            self.probe_succeeded(now);
+        } else {
+            self.probe_failed(now);
+        }
+    }
+}
+
+/// Rounds values within 1e-12 of 0 to exactly 0, so that the sums of steps that should cancel
+/// (for example N failures against a credit of one reaction) do cancel despite rounding.
+fn snap(x: f64) -> f64 {
+    if x.abs() < 1e-12 { 0.0 } else { x }
+}
