@@ -13,7 +13,8 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 fn sample() -> WorkerBackpressure {
-    let path = backpressure_envtest::repo_root().join("config/samples/backpressure_v1alpha1_workerbackpressure.yaml");
+    let path = backpressure_envtest::repo_root()
+        .join("config/samples/backpressure_v1alpha1_workerbackpressure.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_yaml::from_str(&text).unwrap()
 }
