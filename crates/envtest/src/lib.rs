@@ -426,6 +426,25 @@ impl TestEnv {
         self.wait_ready(Duration::from_secs(120))
     }
 
+    /// Write requests (create, update, patch, delete) recorded in the audit log, oldest first.
+    /// Each is the audit event as JSON (`user.username`, `verb`, `objectRef`, `requestURI`,
+    /// `responseStatus.code`, `stageTimestamp`).
+    pub fn audit_writes(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .collect()
+    }
+
+    /// Write requests made by `username` (e.g. `system:serviceaccount:ns:sa`) so far.
+    pub fn audit_writes_by(&self, username: &str) -> Vec<serde_json::Value> {
+        self.audit_writes()
+            .into_iter()
+            .filter(|e| e["user"]["username"] == username)
+            .collect()
+    }
+
     /// Stops every process of this control plane now.
     pub fn stop(&self) {
         if let Ok(mut g) = self.controller_manager.lock()
@@ -448,10 +467,28 @@ impl Drop for TestEnv {
     }
 }
 
+/// Audit policy: every mutating request at Metadata level, nothing else (tests count writes).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+";
+
 fn apiserver_args(dir: &Path, pki: &Pki, port: u16, etcd_url: &str) -> Vec<String> {
     // Remember the etcd URL for restarts.
     let _ = std::fs::write(dir.join("etcd-url"), etcd_url);
+    let _ = std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY);
     vec![
+        format!(
+            "--audit-policy-file={}",
+            dir.join("audit-policy.yaml").display()
+        ),
+        format!("--audit-log-path={}", dir.join("audit.log").display()),
+        "--audit-log-format=json".into(),
+        "--audit-log-mode=blocking".into(),
         format!("--etcd-servers={etcd_url}"),
         "--bind-address=127.0.0.1".into(),
         "--advertise-address=127.0.0.1".into(),

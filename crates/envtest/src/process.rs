@@ -24,6 +24,7 @@ stop() {
   exit 0
 }
 trap stop TERM INT
+trap 'kill -KILL "$child" 2>/dev/null; wait "$child" 2>/dev/null; exit 0' USR1
 while kill -0 "$watch" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 0.3; done
 stop
 "#;
@@ -79,6 +80,23 @@ impl Supervised {
     /// True while the watchdog (and so the server) runs.
     pub fn is_running(&mut self) -> bool {
         matches!(self.watchdog.try_wait(), Ok(None))
+    }
+
+    /// Kills the server with SIGKILL (a crash: no graceful shutdown) and waits for it.
+    pub fn kill(&mut self) {
+        if !self.is_running() {
+            return;
+        }
+        let pid = self.watchdog.id().to_string();
+        let _ = Command::new("kill").args(["-USR1", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && self.is_running() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.is_running() {
+            let _ = self.watchdog.kill();
+            let _ = self.watchdog.wait();
+        }
     }
 
     /// Stops the server (SIGTERM, then SIGKILL after 10 s) and waits for it.
