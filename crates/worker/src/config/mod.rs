@@ -1,0 +1,311 @@
+//! The config receiver: applies a [`WorkerConfig`] at runtime, without a restart, from a mounted
+//! file ([`FileWatcher`]) and from authenticated pushes to the admin port ([`admin`]).
+//!
+//! [`ConfigState`] is the single place where configuration is applied. It validates the
+//! payload ([`WorkerConfig::validate`]), refuses a payload older than the running generation,
+//! applies the controller settings and brake to the [`Gate`], and updates the config-info
+//! metric. A refused payload leaves the running configuration unchanged.
+
+pub mod admin;
+pub mod token;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use backpressure_api::wire::{ConfigAck, ConfigError, WorkerConfig};
+use sha2::{Digest, Sha256};
+
+use crate::controller::Settings;
+use crate::metrics::Metrics;
+use crate::permits::Gate;
+
+/// Why a configuration was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// Malformed or invalid (HTTP 400, or 413 for [`ConfigError::TooLarge`]).
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    /// Older than the running generation (HTTP 409).
+    #[error("generation {given} is older than the running generation {running}")]
+    Stale {
+        /// The generation running.
+        running: i64,
+        /// The generation offered.
+        given: i64,
+    },
+}
+
+/// Where the running configuration came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The built-in or programmatic initial configuration.
+    Initial,
+    /// The mounted file.
+    File,
+    /// A push to the admin port.
+    Push,
+}
+
+impl Origin {
+    fn as_str(self) -> &'static str {
+        match self {
+            Origin::Initial => "initial",
+            Origin::File => "file",
+            Origin::Push => "push",
+        }
+    }
+}
+
+struct Running {
+    config: WorkerConfig,
+    origin: Origin,
+}
+
+/// The running configuration and where it is applied. Cheap to clone.
+#[derive(Clone)]
+pub struct ConfigState {
+    running: Arc<Mutex<Running>>,
+    gate: Gate,
+    metrics: Option<Metrics>,
+    /// Library-side settings (credit, health-check probes, ratio window) kept across pushes.
+    base: Settings,
+}
+
+impl fmt::Debug for ConfigState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigState")
+            .field("ack", &self.ack())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl ConfigState {
+    /// Starts from `initial` (validated; an invalid one is replaced by the default), applying it
+    /// to `gate`. The library-side knobs of `gate`'s current settings are kept across updates.
+    pub fn new(gate: Gate, initial: WorkerConfig, metrics: Option<Metrics>) -> Self {
+        let initial = match initial.validate() {
+            Ok(()) => initial,
+            Err(e) => {
+                tracing::warn!(error = %e, "invalid initial worker config; using the defaults");
+                WorkerConfig::default()
+            }
+        };
+        let initial = with_hash(initial);
+        let state = ConfigState {
+            running: Arc::new(Mutex::new(Running {
+                config: initial.clone(),
+                origin: Origin::Initial,
+            })),
+            base: gate.settings(),
+            gate,
+            metrics,
+        };
+        state.install(&initial, unix_now());
+        state
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The running configuration.
+    pub fn running(&self) -> WorkerConfig {
+        self.lock().config.clone()
+    }
+
+    /// The running hash and generation.
+    pub fn ack(&self) -> ConfigAck {
+        let r = self.lock();
+        ConfigAck {
+            hash: r.config.hash.clone(),
+            generation: r.config.generation,
+        }
+    }
+
+    /// The gate the configuration is applied to.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Parses, validates and applies a payload.
+    pub fn apply_bytes(&self, bytes: &[u8], origin: Origin) -> Result<ConfigAck, ApplyError> {
+        let cfg = WorkerConfig::parse(bytes)?;
+        self.apply(cfg, origin)
+    }
+
+    /// Validates and applies a configuration (see the module docs).
+    pub fn apply(&self, cfg: WorkerConfig, origin: Origin) -> Result<ConfigAck, ApplyError> {
+        self.apply_at(cfg, origin, unix_now())
+    }
+
+    /// [`ConfigState::apply`] with the current Unix time given (for the brake's expiry).
+    pub fn apply_at(
+        &self,
+        cfg: WorkerConfig,
+        origin: Origin,
+        now_unix: i64,
+    ) -> Result<ConfigAck, ApplyError> {
+        cfg.validate()?;
+        let cfg = with_hash(cfg);
+        let mut running = self.lock();
+        if cfg.generation < running.config.generation {
+            return Err(ApplyError::Stale {
+                running: running.config.generation,
+                given: cfg.generation,
+            });
+        }
+        let ack = ConfigAck {
+            hash: cfg.hash.clone(),
+            generation: cfg.generation,
+        };
+        if cfg.hash == running.config.hash && cfg.generation == running.config.generation {
+            return Ok(ack);
+        }
+        // Applied under the lock so that concurrent file and push updates apply in order.
+        self.install(&cfg, now_unix);
+        tracing::info!(
+            hash = %cfg.hash,
+            generation = cfg.generation,
+            from = origin.as_str(),
+            previous = %running.config.hash,
+            "worker config applied"
+        );
+        running.config = cfg;
+        running.origin = origin;
+        Ok(ack)
+    }
+
+    /// Where the running configuration came from.
+    pub fn origin(&self) -> Origin {
+        self.lock().origin
+    }
+
+    fn install(&self, cfg: &WorkerConfig, now_unix: i64) {
+        let settings = Settings {
+            credit: self.base.credit,
+            health_check_probes: self.base.health_check_probes,
+            ratio_window: self.base.ratio_window,
+            ..Settings::from_config(cfg)
+        };
+        self.gate.apply(settings, cfg.brake.as_ref(), now_unix);
+        if let Some(m) = &self.metrics {
+            m.set_config(&cfg.hash, cfg.algorithm);
+        }
+    }
+}
+
+fn with_hash(cfg: WorkerConfig) -> WorkerConfig {
+    if cfg.hash.is_empty() {
+        cfg.with_hash()
+    } else {
+        cfg
+    }
+}
+
+/// Default interval between checks of the mounted file.
+pub const DEFAULT_FILE_POLL: Duration = Duration::from_secs(1);
+
+/// Watches a mounted configuration file and applies it when its content changes.
+///
+/// It polls the file's content through its path (following symlinks), which handles both a
+/// file rewritten in place and kubelet's ConfigMap update, where `worker-config.json` is a
+/// symlink to `..data/worker-config.json` and `..data` is atomically re-pointed to a new
+/// timestamped directory. Reading a small file once a second costs less than a notification
+/// backend and cannot miss an event. A missing file is waited for; an invalid file is reported
+/// once per content and the running configuration stays.
+#[derive(Debug)]
+pub struct FileWatcher {
+    state: ConfigState,
+    path: PathBuf,
+    last_digest: Option<[u8; 32]>,
+}
+
+/// What one check of the file found.
+#[derive(Debug)]
+pub enum FileCheck {
+    /// Same content as last time (or no file).
+    Unchanged,
+    /// New content, applied (or already running).
+    Applied(ConfigAck),
+    /// New content, refused.
+    Refused(ApplyError),
+    /// The file could not be read.
+    Unreadable(std::io::Error),
+}
+
+impl FileWatcher {
+    /// A watcher of `path` applying to `state`.
+    pub fn new(state: ConfigState, path: impl Into<PathBuf>) -> Self {
+        FileWatcher {
+            state,
+            path: path.into(),
+            last_digest: None,
+        }
+    }
+
+    /// The watched path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the file once and applies it if its content changed.
+    pub async fn check(&mut self) -> FileCheck {
+        let bytes = match tokio::fs::read(&self.path).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FileCheck::Unchanged,
+            Err(e) => return FileCheck::Unreadable(e),
+        };
+        let digest: [u8; 32] = Sha256::digest(&bytes).into();
+        if self.last_digest == Some(digest) {
+            return FileCheck::Unchanged;
+        }
+        self.last_digest = Some(digest);
+        match self.state.apply_bytes(&bytes, Origin::File) {
+            Ok(ack) => FileCheck::Applied(ack),
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "worker config file refused; keeping the running config");
+                FileCheck::Refused(e)
+            }
+        }
+    }
+
+    /// Checks the file every `interval` until `shutdown` resolves.
+    pub async fn run(
+        mut self,
+        interval: Duration,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut unreadable_reported = false;
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = ticker.tick() => {}
+            }
+            match self.check().await {
+                FileCheck::Unreadable(e) if !unreadable_reported => {
+                    unreadable_reported = true;
+                    tracing::warn!(path = %self.path.display(), error = %e, "cannot read the worker config file");
+                }
+                FileCheck::Unreadable(_) => {}
+                _ => unreadable_reported = false,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
