@@ -229,6 +229,9 @@ pub struct Phase {
     pub from: Dur,
     /// End.
     pub to: Dur,
+    /// Shade this window in the plot (the outage, the surge...).
+    #[serde(default)]
+    pub highlight: bool,
 }
 
 /// What the end-to-end run asserts from the recorded data.

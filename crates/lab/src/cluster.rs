@@ -1,0 +1,331 @@
+//! The lab's control plane: etcd + kube-apiserver + kube-controller-manager (from the envtest
+//! harness), the CRDs, the operator's RBAC from the Helm chart, and the objects of a run.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use backpressure_api::v1alpha1::{WorkerBackpressure, WorkerBackpressureSpec};
+use backpressure_envtest::TestEnv;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+
+use crate::kubelet::{POD_LABEL, POD_LABEL_VALUE};
+
+/// Namespace of the operator (as the chart installs it).
+pub const OPERATOR_NAMESPACE: &str = "backpressure-system";
+/// Helm release name (the chart then names everything `backpressure-operator`).
+pub const RELEASE: &str = "backpressure-operator";
+
+/// A cluster error.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The harness failed.
+    #[error("control plane: {0}")]
+    Env(#[from] backpressure_envtest::Error),
+    /// The API server refused something.
+    #[error("kube: {0}")]
+    Kube(#[from] kube::Error),
+    /// A tool (kubectl, helm) failed.
+    #[error("{0}")]
+    Tool(String),
+}
+
+/// The running control plane.
+#[derive(Debug)]
+pub struct Cluster {
+    env: TestEnv,
+    bin: PathBuf,
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    backpressure_envtest::repo_root()
+}
+
+impl Cluster {
+    /// Starts etcd, kube-apiserver and kube-controller-manager and installs the CRDs.
+    pub async fn start() -> Result<Self, ClusterError> {
+        let env = tokio::task::spawn_blocking(|| -> Result<TestEnv, ClusterError> {
+            let env = TestEnv::start()?;
+            env.start_controller_manager()?;
+            Ok(env)
+        })
+        .await
+        .map_err(|e| ClusterError::Tool(format!("control plane start: {e}")))??;
+        let bin = backpressure_envtest::bin_dir()?;
+        let c = Self { env, bin };
+        c.kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "-f",
+                &repo_root().join("crds").display().to_string(),
+            ],
+            None,
+        )
+        .await?;
+        c.kubectl(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/workerbackpressures.backpressure.dev",
+            ],
+            None,
+        )
+        .await?;
+        Ok(c)
+    }
+
+    /// The harness.
+    pub fn env(&self) -> &TestEnv {
+        &self.env
+    }
+
+    /// An admin client (create it inside the runtime that uses it).
+    pub fn client(&self) -> Result<kube::Client, ClusterError> {
+        Ok(self.env.client()?)
+    }
+
+    /// The admin kubeconfig (for `kubectl get wbp -A -w`).
+    pub fn kubeconfig(&self) -> &Path {
+        self.env.kubeconfig_path()
+    }
+
+    /// The directory of the Go-built tools.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin
+    }
+
+    /// Runs kubectl with the admin kubeconfig, feeding `stdin` if given; returns stdout.
+    pub async fn kubectl(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, ClusterError> {
+        let mut cmd = tokio::process::Command::new(self.bin.join("kubectl"));
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig().display()))
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        run_tool(cmd, "kubectl", args, stdin).await
+    }
+
+    /// Creates a namespace (idempotent).
+    pub async fn namespace(&self, name: &str) -> Result<(), ClusterError> {
+        let api: Api<Namespace> = Api::all(self.client()?);
+        if api.get_opt(name).await?.is_none() {
+            let ns = Namespace {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.to_owned()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            api.create(&PostParams::default(), &ns).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates the worker Deployment of a run.
+    pub async fn create_workload(
+        &self,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+    ) -> Result<(), ClusterError> {
+        let api: Api<Deployment> = Api::namespaced(self.client()?, namespace);
+        let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
+        let d: Deployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "strategy": {"type": "RollingUpdate"},
+                "template": {
+                    "metadata": {"labels": {"app": name, POD_LABEL: POD_LABEL_VALUE}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 10,
+                        "containers": [{
+                            "name": "worker",
+                            "image": "backpressure-lab/worker",
+                            "ports": [{"name": backpressure_api::wire::ADMIN_PORT_NAME, "containerPort": port}]
+                        }]
+                    }
+                }
+            }
+        }))
+        .map_err(|e| ClusterError::Tool(format!("deployment manifest: {e}")))?;
+        api.create(&PostParams::default(), &d).await?;
+        Ok(())
+    }
+
+    /// Creates the WorkerBackpressure of the operator run.
+    pub async fn create_worker_backpressure(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &WorkerBackpressureSpec,
+    ) -> Result<(), ClusterError> {
+        let api: Api<WorkerBackpressure> = Api::namespaced(self.client()?, namespace);
+        let wbp = WorkerBackpressure::new(name, spec.clone());
+        api.create(&PostParams::default(), &wbp).await?;
+        Ok(())
+    }
+
+    /// Renders the chart with the built helm, applies its ServiceAccount and RBAC objects (the
+    /// worker TokenReview binding for `worker_subjects` included), and returns the operator's
+    /// ServiceAccount name.
+    pub async fn install_operator_rbac(
+        &self,
+        worker_subjects: &[(&str, &str)],
+    ) -> Result<String, ClusterError> {
+        self.namespace(OPERATOR_NAMESPACE).await?;
+        let chart = repo_root().join("charts/backpressure-operator");
+        let mut args: Vec<String> = vec![
+            "template".into(),
+            RELEASE.into(),
+            chart.display().to_string(),
+            "--namespace".into(),
+            OPERATOR_NAMESPACE.into(),
+        ];
+        for (i, (ns, sa)) in worker_subjects.iter().enumerate() {
+            args.push("--set".into());
+            args.push(format!(
+                "workerTokenReview.subjects[{i}].name={sa},workerTokenReview.subjects[{i}].namespace={ns}"
+            ));
+        }
+        let mut cmd = tokio::process::Command::new(self.bin.join("helm"));
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let rendered = run_tool(cmd, "helm", &refs, None).await?;
+        let (docs, sa) = rbac_documents(&rendered)?;
+        self.kubectl(&["apply", "-f", "-"], Some(&docs)).await?;
+        Ok(sa)
+    }
+
+    /// Mints a token for a ServiceAccount (TokenRequest) and writes a kubeconfig using it.
+    pub async fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        sa: &str,
+        file_name: &str,
+    ) -> Result<PathBuf, ClusterError> {
+        let token = self
+            .kubectl(
+                &["create", "token", sa, "-n", namespace, "--duration=4h"],
+                None,
+            )
+            .await?;
+        Ok(self.env.write_token_kubeconfig(file_name, token.trim())?)
+    }
+
+    /// Creates a ServiceAccount (idempotent).
+    pub async fn service_account(&self, namespace: &str, name: &str) -> Result<(), ClusterError> {
+        let yaml = format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n  namespace: {namespace}\n"
+        );
+        self.kubectl(&["apply", "-f", "-"], Some(&yaml)).await?;
+        Ok(())
+    }
+
+    /// Stops the control plane.
+    pub fn stop(&self) {
+        self.env.stop();
+    }
+}
+
+async fn run_tool(
+    mut cmd: tokio::process::Command,
+    tool: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<String, ClusterError> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ClusterError::Tool(format!("{tool}: {e}")))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes())
+            .await
+            .map_err(|e| ClusterError::Tool(format!("{tool} stdin: {e}")))?;
+        drop(pipe);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .map_err(|_| ClusterError::Tool(format!("{tool} {} timed out", args.join(" "))))?
+        .map_err(|e| ClusterError::Tool(format!("{tool}: {e}")))?;
+    if !out.status.success() {
+        return Err(ClusterError::Tool(format!(
+            "{tool} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Keeps the ServiceAccount and RBAC documents of a rendered chart; returns them (as a
+/// multi-document YAML) and the ServiceAccount's name.
+pub fn rbac_documents(rendered: &str) -> Result<(String, String), ClusterError> {
+    const KINDS: [&str; 5] = [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ];
+    let mut kept = Vec::new();
+    let mut sa = None;
+    for doc in serde_yaml::Deserializer::from_str(rendered) {
+        let v = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)
+            .map_err(|e| ClusterError::Tool(format!("chart YAML: {e}")))?;
+        let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+        if !KINDS.contains(&kind) {
+            continue;
+        }
+        if kind == "ServiceAccount" {
+            sa = v
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(|n| n.as_str())
+                .map(str::to_owned);
+        }
+        kept.push(
+            serde_yaml::to_string(&v)
+                .map_err(|e| ClusterError::Tool(format!("chart YAML: {e}")))?,
+        );
+    }
+    let sa = sa.ok_or_else(|| ClusterError::Tool("the chart rendered no ServiceAccount".into()))?;
+    Ok((kept.join("---\n"), sa))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn keeps_only_rbac_and_names_the_service_account() {
+        let rendered = "---\n# Source: x\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: op\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: op\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: r\n";
+        let (docs, sa) = rbac_documents(rendered).unwrap();
+        assert_eq!(sa, "op");
+        assert!(docs.contains("ClusterRole"));
+        assert!(!docs.contains("Deployment"));
+        assert!(rbac_documents("kind: Deployment\n").is_err());
+    }
+}

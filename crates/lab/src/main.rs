@@ -1,0 +1,249 @@
+//! `backpressure-lab`: run a scenario with real parts (`demo`), run every scenario and check the
+//! end-to-end conditions (`e2e`), or act as one worker process (`worker`, started by the lab's
+//! kubelet stand-in).
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use backpressure_lab::record::{self, HPA_LIKE, OPERATOR, Recording};
+use backpressure_lab::run::{self, Options, Report};
+use backpressure_lab::scenario::{self, Scenario};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "backpressure-lab", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one scenario (default: outage-and-recovery) and draw what happened.
+    Demo {
+        /// Scenario name (see `list`) or path to a scenario file.
+        #[arg(long, default_value = "outage-and-recovery")]
+        scenario: String,
+        /// Output folder (default out/lab/<scenario>-<timestamp>/).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Run only the comparison (queue-age scaler), not the operator.
+        #[arg(long)]
+        no_operator: bool,
+    },
+    /// Run every bundled scenario and check the end-to-end conditions; fails if one fails.
+    E2e {
+        /// Only these scenarios.
+        #[arg(long)]
+        scenario: Vec<String>,
+        /// Output folder (default out/lab/e2e-<timestamp>/).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// List the bundled scenarios.
+    List,
+    /// One worker process (started by the kubelet stand-in).
+    Worker(backpressure_lab::worker::WorkerArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(2)
+        .build()?;
+    rt.block_on(async move {
+        match cli.command {
+            Command::Worker(args) => backpressure_lab::worker::run(args).await,
+            Command::List => {
+                for name in scenario::bundled() {
+                    let s = Scenario::load(&name)?;
+                    println!("{name:<22} {:>4.0}s  {}", s.duration.secs(), s.description);
+                }
+                Ok(())
+            }
+            Command::Demo {
+                scenario,
+                out,
+                no_operator,
+            } => {
+                let sc = Scenario::load(&scenario)?;
+                let out = out.unwrap_or_else(|| default_out(&sc.name));
+                let report = run_one(sc.clone(), out.clone(), !no_operator).await?;
+                finish(&sc, &report, &out)?;
+                Ok(())
+            }
+            Command::E2e { scenario, out } => {
+                let names = if scenario.is_empty() {
+                    scenario::bundled()
+                } else {
+                    scenario
+                };
+                let base = out.unwrap_or_else(|| default_out("e2e"));
+                let mut failed = Vec::new();
+                for name in names {
+                    let sc = Scenario::load(&name)?;
+                    let dir = base.join(&sc.name);
+                    let report = run_one(sc.clone(), dir.clone(), true).await?;
+                    if !finish(&sc, &report, &dir)? {
+                        failed.push(sc.name.clone());
+                    }
+                }
+                if failed.is_empty() {
+                    println!("e2e: every check passed");
+                    Ok(())
+                } else {
+                    anyhow::bail!("e2e: checks failed in {}", failed.join(", "))
+                }
+            }
+        }
+    })
+}
+
+fn default_out(name: &str) -> PathBuf {
+    let stamp = k8s_openapi::jiff::Zoned::now()
+        .strftime("%Y%m%d-%H%M%S")
+        .to_string();
+    backpressure_lab::cluster::repo_root()
+        .join("out/lab")
+        .join(format!("{name}-{stamp}"))
+}
+
+async fn run_one(sc: Scenario, out: PathBuf, with_operator: bool) -> anyhow::Result<Report> {
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let out = out.canonicalize()?;
+    println!(
+        "lab: scenario {} ({:.0}s): {}",
+        sc.name,
+        sc.duration.secs(),
+        sc.description
+    );
+    println!("lab: output in {}", out.display());
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nlab: interrupted; stopping everything ...");
+            let _ = tx.send(true);
+        }
+    });
+    let opts = Options {
+        scenario: sc,
+        out_dir: out,
+        worker_exe: std::env::current_exe()?,
+        with_operator,
+        timeline: true,
+    };
+    Ok(run::run(opts, rx).await?)
+}
+
+/// Writes the recording, CSVs, plots and prints the summary; returns whether every check passed.
+fn finish(sc: &Scenario, report: &Report, out: &std::path::Path) -> anyhow::Result<bool> {
+    let rec = &report.recording;
+    std::fs::write(out.join("recording.json"), serde_json::to_vec_pretty(rec)?)?;
+    for r in &rec.runs {
+        std::fs::write(out.join(format!("{}.csv", r.label)), record::to_csv(r))?;
+    }
+    std::fs::write(
+        out.join("checks.json"),
+        serde_json::to_vec_pretty(&report.checks)?,
+    )?;
+    let plot = out.join("plot");
+    let plotted = backpressure_lab::plot::write(sc, rec, &plot);
+    println!();
+    print!("{}", summary_table(rec));
+    println!();
+    let mut all = true;
+    for c in &report.checks {
+        all &= c.passed;
+        println!(
+            "  [{}] {}: {}",
+            if c.passed { "pass" } else { "FAIL" },
+            c.name,
+            c.detail
+        );
+    }
+    if let Some(why) = &report.operator_pending {
+        println!("\n  operator run PENDING: {why}");
+    }
+    match plotted {
+        Ok(()) => println!(
+            "\nplot: {} and {}",
+            plot.with_extension("png").display(),
+            plot.with_extension("svg").display()
+        ),
+        Err(e) => println!("\nplot failed: {e}"),
+    }
+    println!(
+        "data: {}/recording.json, per-run CSV, checks.json; logs in {}/logs",
+        out.display(),
+        out.display()
+    );
+    println!(
+        "wall time: {:.0} s{}",
+        rec.wall_secs,
+        if report.interrupted {
+            " (interrupted)"
+        } else {
+            ""
+        }
+    );
+    Ok(all && !report.interrupted)
+}
+
+fn summary_table(rec: &Recording) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9}\n",
+        "run",
+        "produced",
+        "acked",
+        "dead-ltr",
+        "queued",
+        "max rep",
+        "max age",
+        "max bkf",
+        "dep fail%"
+    ));
+    for label in [OPERATOR, HPA_LIKE] {
+        let Some(r) = rec.run(label) else {
+            s.push_str(&format!("{label:<10} (did not run)\n"));
+            continue;
+        };
+        let Some(last) = r.last() else { continue };
+        let max_rep = r.samples.iter().map(|x| x.replicas).max().unwrap_or(0);
+        let max_age = r.samples.iter().map(|x| x.queue_age).fold(0.0, f64::max);
+        let max_bkf = r
+            .samples
+            .iter()
+            .filter_map(|x| x.backoff)
+            .fold(0.0, f64::max);
+        let (req, ok) = r.samples.windows(2).fold((0.0, 0.0), |(a, b), w| {
+            let dt = w[1].t - w[0].t;
+            (a + w[1].dep_load * dt, b + w[1].dep_served * dt)
+        });
+        let fail = if req > 0.0 {
+            100.0 * (1.0 - ok / req)
+        } else {
+            0.0
+        };
+        s.push_str(&format!(
+            "{:<10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>6.0}s {:>8.2} {:>8.1}%\n",
+            label,
+            last.produced,
+            last.completed,
+            last.dead_lettered,
+            last.in_stream,
+            max_rep,
+            max_age,
+            max_bkf,
+            fail
+        ));
+    }
+    s
+}

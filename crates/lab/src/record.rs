@@ -1,0 +1,384 @@
+//! What a run recorded, and the end-to-end checks computed from it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::Scenario;
+
+/// One sample of one run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Sample {
+    /// Seconds since the scenario started.
+    pub t: f64,
+    /// The operator's regime (operator run) or `-`.
+    pub regime: String,
+    /// Replicas the Deployment asks for.
+    pub replicas: i32,
+    /// Ready pods.
+    pub ready: i32,
+    /// Mean backoff of the fleet (from Prometheus), if known.
+    pub backoff: Option<f64>,
+    /// Age in seconds of the oldest never-delivered message.
+    pub queue_age: f64,
+    /// Messages waiting (never delivered or waiting for a retry).
+    pub queue_depth: u64,
+    /// Messages produced so far.
+    pub produced: u64,
+    /// Messages acknowledged so far.
+    pub completed: u64,
+    /// Messages dead-lettered so far.
+    pub dead_lettered: u64,
+    /// Messages still in the stream.
+    pub in_stream: u64,
+    /// Requests per second the dependency received since the previous sample.
+    pub dep_load: f64,
+    /// Requests per second it served since the previous sample.
+    pub dep_served: f64,
+    /// Its scheduled capacity.
+    pub dep_capacity: f64,
+}
+
+/// One run (operator or comparison).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunRecord {
+    /// `operator` or `hpa-like`.
+    pub label: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Samples in time order.
+    pub samples: Vec<Sample>,
+}
+
+impl RunRecord {
+    /// The last sample.
+    pub fn last(&self) -> Option<&Sample> {
+        self.samples.last()
+    }
+
+    fn in_window(&self, from: f64, to: f64) -> impl Iterator<Item = &Sample> {
+        self.samples
+            .iter()
+            .filter(move |s| s.t >= from && s.t <= to)
+    }
+
+    /// Highest replicas in a window.
+    pub fn max_replicas(&self, from: f64, to: f64) -> Option<i32> {
+        self.in_window(from, to).map(|s| s.replicas).max()
+    }
+
+    /// Replicas at the sample closest before `t`.
+    pub fn replicas_at(&self, t: f64) -> Option<i32> {
+        self.samples
+            .iter()
+            .rev()
+            .find(|s| s.t <= t)
+            .or(self.samples.first())
+            .map(|s| s.replicas)
+    }
+
+    /// Requests / capacity-seconds over the samples of a window that have a backlog (depth > 0)
+    /// and a positive capacity, as (load ratio, seconds counted).
+    pub fn load_ratio_while_backlogged(&self, from: f64, to: f64) -> (f64, f64) {
+        let mut req = 0.0;
+        let mut cap = 0.0;
+        let mut secs = 0.0;
+        let mut prev_t: Option<f64> = None;
+        for s in &self.samples {
+            let dt = prev_t.map(|p| s.t - p).unwrap_or(0.0);
+            prev_t = Some(s.t);
+            if s.t < from || s.t > to || s.queue_depth == 0 || s.dep_capacity <= 0.0 {
+                continue;
+            }
+            req += s.dep_load * dt;
+            cap += s.dep_capacity * dt;
+            secs += dt;
+        }
+        if cap <= 0.0 {
+            (0.0, 0.0)
+        } else {
+            (req / cap, secs)
+        }
+    }
+}
+
+/// The recording of a scenario: the operator run (if it ran) and the comparison run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Recording {
+    /// Scenario name.
+    pub scenario: String,
+    /// Wall seconds of the whole lab (start to teardown).
+    pub wall_secs: f64,
+    /// The runs.
+    pub runs: Vec<RunRecord>,
+}
+
+impl Recording {
+    /// The run with that label.
+    pub fn run(&self, label: &str) -> Option<&RunRecord> {
+        self.runs.iter().find(|r| r.label == label)
+    }
+}
+
+/// Label of the operator run.
+pub const OPERATOR: &str = "operator";
+/// Label of the comparison run.
+pub const HPA_LIKE: &str = "hpa-like";
+
+/// The result of one check.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Check {
+    /// What is checked.
+    pub name: String,
+    /// Whether it held.
+    pub passed: bool,
+    /// The numbers behind it.
+    pub detail: String,
+}
+
+/// The end-to-end checks of a scenario on a recording. A check that needs the operator run
+/// fails when the operator did not run.
+pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
+    let mut out = Vec::new();
+    let op = rec.run(OPERATOR);
+    let cmp = rec.run(HPA_LIKE);
+    for r in &rec.runs {
+        if let Some(s) = r.last() {
+            let conserved = s.produced == s.completed + s.dead_lettered + s.in_stream;
+            out.push(Check {
+                name: format!("{}: no message lost", r.label),
+                passed: conserved && s.produced > 0,
+                detail: format!(
+                    "produced {} = acknowledged {} + dead-lettered {} + still queued {}",
+                    s.produced, s.completed, s.dead_lettered, s.in_stream
+                ),
+            });
+        }
+    }
+    let need = |name: &str, out: &mut Vec<Check>| {
+        out.push(Check {
+            name: name.to_owned(),
+            passed: false,
+            detail: "the operator run did not run".into(),
+        });
+    };
+    if let Some(phase) = scenario
+        .expect
+        .hold_during
+        .as_deref()
+        .and_then(|p| scenario.phase(p))
+    {
+        let (from, to) = (phase.from.secs(), phase.to.secs());
+        let name = format!(
+            "{}: operator holds while the queue-age scaler grows",
+            phase.name
+        );
+        match (op, cmp) {
+            (Some(op), Some(cmp)) => {
+                let (o0, omax) = (op.replicas_at(from), op.max_replicas(from, to));
+                let (c0, cmax) = (cmp.replicas_at(from), cmp.max_replicas(from, to));
+                let held = matches!((o0, omax), (Some(a), Some(b)) if b <= a);
+                let grew = matches!((c0, cmax), (Some(a), Some(b)) if b > a);
+                out.push(Check {
+                    name,
+                    passed: held && grew,
+                    detail: format!(
+                        "operator {} -> max {}, queue-age scaler {} -> max {}",
+                        fmt_opt(o0),
+                        fmt_opt(omax),
+                        fmt_opt(c0),
+                        fmt_opt(cmax)
+                    ),
+                });
+            }
+            _ => need(&name, &mut out),
+        }
+    }
+    if let Some(lc) = &scenario.expect.load_within_capacity
+        && let Some(phase) = scenario.phase(&lc.during)
+    {
+        let name = format!(
+            "{}: dependency load <= {:.2}x capacity while draining",
+            phase.name, lc.factor
+        );
+        match op {
+            Some(op) => {
+                let (ratio, secs) =
+                    op.load_ratio_while_backlogged(phase.from.secs(), phase.to.secs());
+                out.push(Check {
+                    name,
+                    passed: secs > 0.0 && ratio <= lc.factor,
+                    detail: format!("load/capacity {ratio:.3} over {secs:.0} s of backlog"),
+                });
+            }
+            None => need(&name, &mut out),
+        }
+    }
+    if scenario.expect.fewer_dead_letters {
+        let name = "operator dead-letters fewer messages than the queue-age scaler".to_owned();
+        match (op.and_then(RunRecord::last), cmp.and_then(RunRecord::last)) {
+            (Some(o), Some(c)) => out.push(Check {
+                name,
+                passed: o.dead_lettered < c.dead_lettered,
+                detail: format!(
+                    "operator {} vs queue-age scaler {}",
+                    o.dead_lettered, c.dead_lettered
+                ),
+            }),
+            _ => need(&name, &mut out),
+        }
+    }
+    if scenario.expect.scale_out {
+        let name = "operator scales out for a genuine backlog".to_owned();
+        match op {
+            Some(op) => {
+                let max = op.max_replicas(0.0, f64::MAX);
+                out.push(Check {
+                    name,
+                    passed: max.is_some_and(|m| m > scenario.workload.initial_replicas),
+                    detail: format!(
+                        "initial {} -> max {}",
+                        scenario.workload.initial_replicas,
+                        fmt_opt(max)
+                    ),
+                });
+            }
+            None => need(&name, &mut out),
+        }
+    }
+    out
+}
+
+fn fmt_opt(v: Option<i32>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
+}
+
+/// Writes one run as CSV.
+pub fn to_csv(run: &RunRecord) -> String {
+    let mut s = String::from(
+        "t,regime,replicas,ready,backoff,queue_age,queue_depth,produced,completed,dead_lettered,in_stream,dep_load,dep_served,dep_capacity\n",
+    );
+    for x in &run.samples {
+        s.push_str(&format!(
+            "{:.1},{},{},{},{},{:.2},{},{},{},{},{},{:.2},{:.2},{:.2}\n",
+            x.t,
+            x.regime,
+            x.replicas,
+            x.ready,
+            x.backoff.map(|b| format!("{b:.3}")).unwrap_or_default(),
+            x.queue_age,
+            x.queue_depth,
+            x.produced,
+            x.completed,
+            x.dead_lettered,
+            x.in_stream,
+            x.dep_load,
+            x.dep_served,
+            x.dep_capacity
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn sample(t: f64, replicas: i32) -> Sample {
+        Sample {
+            t,
+            replicas,
+            produced: 10,
+            completed: 7,
+            dead_lettered: 1,
+            in_stream: 2,
+            queue_depth: 5,
+            dep_load: 50.0,
+            dep_capacity: 50.0,
+            ..Sample::default()
+        }
+    }
+
+    fn run(label: &str, replicas: &[i32]) -> RunRecord {
+        RunRecord {
+            label: label.into(),
+            namespace: label.into(),
+            samples: replicas
+                .iter()
+                .enumerate()
+                .map(|(i, r)| sample(i as f64 * 10.0, *r))
+                .collect(),
+        }
+    }
+
+    fn outage() -> Scenario {
+        Scenario::load("outage-and-recovery").unwrap()
+    }
+
+    #[test]
+    fn hold_check_passes_only_when_operator_holds_and_comparison_grows() {
+        let s = outage();
+        // Outage is 30..80 s: samples at 30..80 are indices 3..=8.
+        let good = Recording {
+            scenario: s.name.clone(),
+            wall_secs: 0.0,
+            runs: vec![
+                run(OPERATOR, &[2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 4]),
+                run(HPA_LIKE, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
+            ],
+        };
+        let c = checks(&s, &good);
+        let hold = c.iter().find(|c| c.name.contains("holds")).unwrap();
+        assert!(hold.passed, "{hold:?}");
+        let bad = Recording {
+            runs: vec![
+                run(OPERATOR, &[2, 2, 2, 2, 3, 2, 2, 2, 2, 3, 4]),
+                run(HPA_LIKE, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
+            ],
+            ..good.clone()
+        };
+        assert!(
+            !checks(&s, &bad)
+                .iter()
+                .find(|c| c.name.contains("holds"))
+                .unwrap()
+                .passed
+        );
+    }
+
+    #[test]
+    fn conservation_and_missing_operator() {
+        let s = outage();
+        let mut r = run(HPA_LIKE, &[2, 2]);
+        r.samples[1].completed = 6; // one message unaccounted for
+        let rec = Recording {
+            runs: vec![r],
+            ..Recording::default()
+        };
+        let c = checks(&s, &rec);
+        assert!(!c.iter().find(|c| c.name.contains("lost")).unwrap().passed);
+        assert!(
+            c.iter()
+                .filter(|c| c.detail.contains("did not run"))
+                .count()
+                >= 2
+        );
+    }
+
+    #[test]
+    fn load_ratio_counts_only_backlogged_time_with_capacity() {
+        let mut r = run(OPERATOR, &[2, 2, 2, 2]);
+        r.samples[1].dep_load = 100.0;
+        r.samples[2].queue_depth = 0;
+        r.samples[2].dep_load = 1000.0;
+        r.samples[3].dep_capacity = 0.0;
+        let (ratio, secs) = r.load_ratio_while_backlogged(0.0, 100.0);
+        assert_eq!(secs, 10.0);
+        assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn csv_has_a_row_per_sample() {
+        let r = run(OPERATOR, &[1, 2, 3]);
+        assert_eq!(to_csv(&r).lines().count(), 4);
+    }
+}

@@ -1,0 +1,698 @@
+//! Runs a scenario: the operator run and the comparison run side by side, in two namespaces of
+//! one control plane, with the same workers, the same producer schedule and the same seed.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use backpressure_api::v1alpha1::{WorkerBackpressure, WorkerSpec};
+use backpressure_api::wire::{WorkerConfig, metrics as m};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, Patch, PatchParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::cluster::{Cluster, OPERATOR_NAMESPACE};
+use crate::dependency::Dependency;
+use crate::hpa::HpaLike;
+use crate::kubelet::{Kubelet, Launch, Launcher};
+use crate::prom::{self, ApiAccess, LabPrometheus};
+use crate::queue::{Queue, RedisServer};
+use crate::record::{self, Check, HPA_LIKE, OPERATOR, Recording, RunRecord, Sample};
+use crate::scenario::Scenario;
+use crate::serve::{Exposition, response, serve};
+
+/// Namespace of the operator run.
+pub const OPERATOR_RUN_NS: &str = "lab-operator";
+/// Namespace of the comparison run.
+pub const HPA_RUN_NS: &str = "lab-hpa";
+
+/// A lab error.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// Control plane.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    /// Queue.
+    #[error(transparent)]
+    Queue(#[from] crate::queue::QueueError),
+    /// Kubelet.
+    #[error(transparent)]
+    Kubelet(#[from] crate::kubelet::KubeletError),
+    /// Prometheus.
+    #[error(transparent)]
+    Prometheus(#[from] crate::prom::PromError),
+    /// Kube.
+    #[error("kube: {0}")]
+    Kube(#[from] kube::Error),
+    /// Files and sockets.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Output folder (created).
+    pub out_dir: PathBuf,
+    /// The worker executable (`backpressure-lab`, run as `backpressure-lab worker ...`).
+    pub worker_exe: PathBuf,
+    /// Try to run the operator (false: comparison run only).
+    pub with_operator: bool,
+    /// Print the live timeline.
+    pub timeline: bool,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The recorded data.
+    pub recording: Recording,
+    /// The end-to-end checks.
+    pub checks: Vec<Check>,
+    /// Why the operator run did not run, if it did not.
+    pub operator_pending: Option<String>,
+    /// True when stopped early by Ctrl-C.
+    pub interrupted: bool,
+}
+
+struct RunCtx {
+    label: &'static str,
+    namespace: &'static str,
+    queue: Queue,
+    dependency: Dependency,
+    last_requests: u64,
+    last_served: u64,
+    record: RunRecord,
+}
+
+/// The worker configuration a WorkerBackpressure's `spec.worker` stands for (API defaults for
+/// unset fields).
+pub fn worker_config(spec: Option<&WorkerSpec>) -> WorkerConfig {
+    use backpressure_api::defaults as d;
+    let base = WorkerConfig::default();
+    let Some(w) = spec else {
+        return base;
+    };
+    let max_permits = w.max_permits.unwrap_or(d::MAX_PERMITS);
+    let probe = w.probe.as_ref();
+    let ms = |v: Option<&backpressure_api::Duration>, default: Duration| {
+        v.and_then(|d| d.get().ok()).unwrap_or(default).as_millis() as u64
+    };
+    WorkerConfig {
+        algorithm: w.algorithm.unwrap_or_default(),
+        set_point: w.set_point.unwrap_or(d::SET_POINT),
+        reaction: w.reaction.unwrap_or(d::reaction(max_permits)),
+        max_permits,
+        probe_initial_ms: ms(
+            probe.and_then(|p| p.initial_interval.as_ref()),
+            d::PROBE_INITIAL,
+        ),
+        probe_max_ms: ms(probe.and_then(|p| p.max_interval.as_ref()), d::PROBE_MAX),
+        hash: String::new(),
+        ..base
+    }
+    .with_hash()
+}
+
+fn say(enabled: bool, line: &str) {
+    if enabled {
+        println!("{line}");
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// Runs the scenario; `cancel` turning true (Ctrl-C) ends it early with the same teardown.
+pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Report, LabError> {
+    let wall = Instant::now();
+    let sc = opts.scenario.clone();
+    let out = opts.out_dir.clone();
+    let logs = out.join("logs");
+    std::fs::create_dir_all(logs.join("workers"))?;
+    let show = opts.timeline;
+
+    say(
+        show,
+        "lab: starting etcd, kube-apiserver, kube-controller-manager ...",
+    );
+    let cluster = Cluster::start().await?;
+    let client = cluster.client()?;
+    say(
+        show,
+        &format!(
+            "lab: control plane ready in {:.1}s; kubectl: KUBECONFIG={} {}/kubectl get wbp -A -w",
+            wall.elapsed().as_secs_f64(),
+            cluster.kubeconfig().display(),
+            cluster.bin_dir().display()
+        ),
+    );
+
+    let mut redis = RedisServer::start(&out.join("redis"))?;
+    let (vis, max_deliveries) = (sc.queue.visibility_timeout.0, sc.queue.max_deliveries);
+
+    // The operator, if it can run.
+    let mut operator_pending = None;
+    let mut operator_bin = None;
+    if opts.with_operator {
+        match crate::operator::find_binary().await {
+            Ok(bin) => match crate::operator::check_run_subcommand(&bin).await {
+                Ok(()) => operator_bin = Some(bin),
+                Err(e) => operator_pending = Some(e),
+            },
+            Err(e) => operator_pending = Some(e),
+        }
+    } else {
+        operator_pending = Some("disabled with --no-operator".into());
+    }
+    let mut namespaces: Vec<(&'static str, &'static str)> = Vec::new();
+    if operator_bin.is_some() {
+        namespaces.push((OPERATOR, OPERATOR_RUN_NS));
+    }
+    namespaces.push((HPA_LIKE, HPA_RUN_NS));
+
+    // Per run: namespace, queue, dependency.
+    let t0_guess = Instant::now();
+    let mut runs: Vec<RunCtx> = Vec::new();
+    for (label, ns) in &namespaces {
+        cluster.namespace(ns).await?;
+        let queue = Queue::connect(&redis.url(), ns, vis, max_deliveries).await?;
+        queue.create().await?;
+        let dependency = Dependency::start(sc.dependency.clone(), sc.seed, t0_guess, ns).await?;
+        runs.push(RunCtx {
+            label,
+            namespace: ns,
+            queue,
+            dependency,
+            last_requests: 0,
+            last_served: 0,
+            record: RunRecord {
+                label: (*label).to_owned(),
+                namespace: (*ns).to_owned(),
+                samples: Vec::new(),
+            },
+        });
+    }
+
+    // Queue exporter.
+    let exporter_queues: Arc<Vec<(String, Queue)>> = Arc::new(
+        runs.iter()
+            .map(|r| (r.namespace.to_owned(), r.queue.clone()))
+            .collect(),
+    );
+    let workload = sc.workload.name.clone();
+    let (qaddr, qtask) = {
+        let (queues, workload) = (exporter_queues.clone(), workload.clone());
+        serve(SocketAddr::from(([127, 0, 0, 1], 0)), move |_req| {
+            let (queues, workload) = (queues.clone(), workload.clone());
+            async move {
+                response(
+                    200,
+                    "text/plain; version=0.0.4",
+                    queue_exposition(&queues, &workload).await,
+                )
+            }
+        })
+        .await?
+    };
+
+    // Prometheus.
+    let pki = cluster.env().pki();
+    let api = ApiAccess {
+        server: cluster.env().server_url(),
+        ca_file: &pki.ca_file,
+        cert_file: &pki.admin_cert_file,
+        key_file: &pki.admin_key_file,
+    };
+    let mut static_targets = vec![qaddr.to_string()];
+    static_targets.extend(runs.iter().map(|r| r.dependency.addr().to_string()));
+    let ns_names: Vec<&str> = runs.iter().map(|r| r.namespace).collect();
+    let mut prometheus = LabPrometheus::start(
+        &out.join("prometheus"),
+        &prom::config(&api, &ns_names, &static_targets),
+    )
+    .await?;
+    say(show, &format!("lab: prometheus {}", prometheus.url()));
+
+    // Operator: chart RBAC, its own ServiceAccount token, the process, the WorkerBackpressure.
+    let mut operator_proc = None;
+    if let Some(bin) = &operator_bin {
+        let sa = cluster
+            .install_operator_rbac(&[(OPERATOR_RUN_NS, "default")])
+            .await?;
+        let kubeconfig = cluster
+            .service_account_kubeconfig(OPERATOR_NAMESPACE, &sa, "operator")
+            .await?;
+        let port = backpressure_envtest::process::free_port()
+            .map_err(|e| LabError::Other(e.to_string()))?;
+        let mut spec = sc.worker_backpressure.clone();
+        let metrics = spec.metrics.get_or_insert_with(Default::default);
+        metrics
+            .prometheus
+            .get_or_insert_with(Default::default)
+            .address = Some(prometheus.url());
+        cluster
+            .create_worker_backpressure(OPERATOR_RUN_NS, &workload, &spec)
+            .await?;
+        operator_proc = Some(
+            crate::operator::start(
+                bin,
+                &kubeconfig,
+                &prometheus.url(),
+                port,
+                "2s",
+                &logs.join("operator.log"),
+            )
+            .map_err(LabError::Other)?,
+        );
+        say(
+            show,
+            &format!(
+                "lab: operator running as system:serviceaccount:{OPERATOR_NAMESPACE}:{sa} (log {})",
+                logs.join("operator.log").display()
+            ),
+        );
+    }
+    if let Some(why) = &operator_pending {
+        say(
+            show,
+            &format!(
+                "lab: OPERATOR RUN PENDING: {why}. Running the comparison (queue-age scaler) only."
+            ),
+        );
+    }
+
+    // Worker config file and the kubelet.
+    let cfg = worker_config(sc.worker_backpressure.worker.as_ref());
+    let cfg_path = out.join("worker-config.json");
+    std::fs::write(
+        &cfg_path,
+        serde_json::to_vec_pretty(&cfg).map_err(|e| LabError::Other(e.to_string()))?,
+    )?;
+    let launcher = make_launcher(&opts, &runs, &redis.url(), &cfg_path, &logs);
+    let kubelet = Kubelet::start(
+        client.clone(),
+        "lab-node",
+        sc.workload.pod_startup_delay.0,
+        launcher,
+    )
+    .await?;
+
+    // Time zero: the workloads, the producers, the autoscaler of the comparison.
+    let t0 = Instant::now();
+    for r in &runs {
+        r.dependency.set_start(t0);
+    }
+    for r in &runs {
+        cluster
+            .create_workload(r.namespace, &workload, sc.workload.initial_replicas)
+            .await?;
+    }
+    let mut producers = Vec::new();
+    for r in &runs {
+        producers.push(tokio::spawn(crate::producer::run(
+            r.queue.clone(),
+            sc.producer.rate.clone(),
+            t0,
+            sc.duration.0,
+        )));
+    }
+    let http = reqwest::Client::new();
+    let hpa_task = {
+        let (min, max) = sc.replica_bounds();
+        let scaler = HpaLike::new(sc.hpa_like.clone(), min, max);
+        tokio::spawn(hpa_loop(
+            client.clone(),
+            http.clone(),
+            prometheus.url(),
+            workload.clone(),
+            scaler,
+            t0,
+            sc.hpa_like.sync_period.0,
+        ))
+    };
+
+    // Record until the end (or Ctrl-C).
+    let total = sc.duration.0;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last_line = -10.0;
+    let mut interrupted = false;
+    let mut prev_t = 0.0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = cancel.changed() => { interrupted = true; }
+        }
+        if interrupted || *cancel.borrow() {
+            interrupted = true;
+            break;
+        }
+        let t = t0.elapsed().as_secs_f64();
+        let dt = (t - prev_t).max(1e-3);
+        prev_t = t;
+        let backoff = fleet_backoff(&http, &prometheus.url(), &workload).await;
+        for r in runs.iter_mut() {
+            let s = sample(
+                &client,
+                r,
+                t,
+                dt,
+                &workload,
+                backoff.get(r.namespace).copied(),
+            )
+            .await;
+            r.record.samples.push(s);
+        }
+        if t - last_line >= 5.0 {
+            last_line = t;
+            say(show, &timeline(&sc, t, &runs));
+        }
+        if t >= total.as_secs_f64() {
+            break;
+        }
+    }
+
+    // Teardown, in reverse: stop producing, stop scaling, then a final sample.
+    for p in &producers {
+        p.abort();
+    }
+    hpa_task.abort();
+    if let Some(mut p) = operator_proc.take() {
+        let _ = tokio::task::spawn_blocking(move || p.stop()).await;
+    }
+    say(show, "lab: stopping workers ...");
+    kubelet.shutdown().await;
+    let t = t0.elapsed().as_secs_f64();
+    for r in runs.iter_mut() {
+        if let Ok(st) = r.queue.stats().await
+            && let Some(last) = r.record.samples.last_mut()
+        {
+            // Final counters after the last in-flight messages settled.
+            last.produced = st.produced;
+            last.completed = st.completed;
+            last.dead_lettered = st.dead_lettered;
+            last.in_stream = st.in_stream;
+            last.queue_depth = st.depth();
+        }
+        let _ = t;
+    }
+    qtask.abort();
+    prometheus.stop();
+    redis.stop();
+    cluster.stop();
+
+    let recording = Recording {
+        scenario: sc.name.clone(),
+        wall_secs: wall.elapsed().as_secs_f64(),
+        runs: runs.into_iter().map(|r| r.record).collect(),
+    };
+    let checks = record::checks(&sc, &recording);
+    Ok(Report {
+        recording,
+        checks,
+        operator_pending,
+        interrupted,
+    })
+}
+
+fn make_launcher(
+    opts: &Options,
+    runs: &[RunCtx],
+    redis_url: &str,
+    cfg_path: &Path,
+    logs: &Path,
+) -> Launcher {
+    let sc = &opts.scenario;
+    let per_ns: BTreeMap<String, String> = runs
+        .iter()
+        .map(|r| (r.namespace.to_owned(), r.dependency.url()))
+        .collect();
+    let exe = opts.worker_exe.clone();
+    let redis_url = redis_url.to_owned();
+    let cfg_path = cfg_path.to_owned();
+    let logs = logs.join("workers");
+    let workload = sc.workload.name.clone();
+    let processing = backpressure_api::duration::format_duration(sc.workload.processing.0);
+    let vis = backpressure_api::duration::format_duration(sc.queue.visibility_timeout.0);
+    let max_deliveries = sc.queue.max_deliveries.to_string();
+    let seed = sc.seed;
+    Arc::new(move |ns: &str, pod: &str, ip| {
+        let dep = per_ns.get(ns)?;
+        let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
+        let pod_seed = pod
+            .bytes()
+            .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        Some(Launch {
+            program: exe.clone(),
+            args: vec![
+                "worker".into(),
+                "--listen".into(),
+                format!("{ip}:{port}"),
+                "--redis".into(),
+                redis_url.clone(),
+                "--queue".into(),
+                ns.to_owned(),
+                "--consumer".into(),
+                pod.to_owned(),
+                "--dependency".into(),
+                dep.clone(),
+                "--workload".into(),
+                workload.clone(),
+                "--processing".into(),
+                processing.clone(),
+                "--visibility-timeout".into(),
+                vis.clone(),
+                "--max-deliveries".into(),
+                max_deliveries.clone(),
+                "--config".into(),
+                cfg_path.display().to_string(),
+                "--seed".into(),
+                pod_seed.to_string(),
+            ],
+            log: logs.join(format!("{ns}-{pod}.log")),
+            ready_port: port,
+        })
+    })
+}
+
+async fn queue_exposition(queues: &[(String, Queue)], workload: &str) -> String {
+    let mut e = Exposition::default();
+    for (ns, q) in queues {
+        let Ok(s) = q.stats().await else { continue };
+        let labels = [
+            (m::LABEL_NAMESPACE, ns.as_str()),
+            (m::LABEL_WORKLOAD, workload),
+        ];
+        e.sample(
+            m::QUEUE_AGE,
+            "gauge",
+            "Age of the oldest message never delivered.",
+            &labels,
+            s.oldest_age_secs,
+        );
+        e.sample(
+            m::QUEUE_DEPTH,
+            "gauge",
+            "Messages waiting (never delivered or waiting for a retry).",
+            &labels,
+            s.depth() as f64,
+        );
+        e.sample(
+            m::QUEUE_ARRIVALS_TOTAL,
+            "counter",
+            "Messages that arrived.",
+            &labels,
+            s.produced as f64,
+        );
+        e.sample(
+            m::QUEUE_COMPLETIONS_TOTAL,
+            "counter",
+            "Messages acknowledged.",
+            &labels,
+            s.completed as f64,
+        );
+        e.sample(
+            m::QUEUE_DEAD_LETTERS_TOTAL,
+            "counter",
+            "Messages moved to the dead-letter stream.",
+            &labels,
+            s.dead_lettered as f64,
+        );
+    }
+    e.finish()
+}
+
+async fn fleet_backoff(
+    http: &reqwest::Client,
+    prom_url: &str,
+    workload: &str,
+) -> BTreeMap<String, f64> {
+    let expr = format!(
+        "avg by (namespace) ({}{{{}=\"{workload}\"}})",
+        m::BACKOFF,
+        m::LABEL_WORKLOAD
+    );
+    prom::query(http, prom_url, &expr)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(l, v)| l.get("namespace").map(|ns| (ns.clone(), v)))
+        .collect()
+}
+
+async fn sample(
+    client: &kube::Client,
+    r: &mut RunCtx,
+    t: f64,
+    dt: f64,
+    workload: &str,
+    backoff: Option<f64>,
+) -> Sample {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), r.namespace);
+    let (replicas, ready) = match deployments.get_opt(workload).await {
+        Ok(Some(d)) => (
+            d.spec.and_then(|s| s.replicas).unwrap_or(0),
+            d.status.and_then(|s| s.ready_replicas).unwrap_or(0),
+        ),
+        _ => (
+            r.record.last().map(|s| s.replicas).unwrap_or(0),
+            r.record.last().map(|s| s.ready).unwrap_or(0),
+        ),
+    };
+    let regime = if r.label == OPERATOR {
+        let wbps: Api<WorkerBackpressure> = Api::namespaced(client.clone(), r.namespace);
+        wbps.get_opt(workload)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|w| w.status.and_then(|s| s.regime))
+            .map(|g| g.as_str().to_owned())
+            .unwrap_or_else(|| "-".into())
+    } else {
+        "queue-age".into()
+    };
+    let stats = r.queue.stats().await.unwrap_or_default();
+    let requests = r.dependency.counters().requests();
+    let served = r.dependency.counters().served();
+    let load = (requests.saturating_sub(r.last_requests)) as f64 / dt;
+    let served_rate = (served.saturating_sub(r.last_served)) as f64 / dt;
+    r.last_requests = requests;
+    r.last_served = served;
+    Sample {
+        t,
+        regime,
+        replicas,
+        ready,
+        backoff,
+        queue_age: stats.oldest_age_secs,
+        queue_depth: stats.depth(),
+        produced: stats.produced,
+        completed: stats.completed,
+        dead_lettered: stats.dead_lettered,
+        in_stream: stats.in_stream,
+        dep_load: load,
+        dep_served: served_rate,
+        dep_capacity: r.dependency.capacity_now(),
+    }
+}
+
+async fn hpa_loop(
+    client: kube::Client,
+    http: reqwest::Client,
+    prom_url: String,
+    workload: String,
+    mut scaler: HpaLike,
+    t0: Instant,
+    period: Duration,
+) {
+    let api: Api<Deployment> = Api::namespaced(client, HPA_RUN_NS);
+    let expr = format!(
+        "max({}{{{}=\"{HPA_RUN_NS}\",{}=\"{workload}\"}})",
+        m::QUEUE_AGE,
+        m::LABEL_NAMESPACE,
+        m::LABEL_WORKLOAD
+    );
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        let age = prom::query(&http, &prom_url, &expr)
+            .await
+            .ok()
+            .and_then(|v| v.first().map(|(_, v)| *v));
+        let Ok(scale) = api.get_scale(&workload).await else {
+            continue;
+        };
+        let current = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+        let desired = scaler.decide(t0.elapsed().as_secs_f64(), current, age);
+        if desired != current {
+            let patch = serde_json::json!({"spec": {"replicas": desired}});
+            if let Err(e) = api
+                .patch_scale(&workload, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::warn!(error = %e, "queue-age scaler: scale failed");
+            }
+        }
+    }
+}
+
+fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
+    let total = sc.duration.secs();
+    let frac = (t / total).clamp(0.0, 1.0);
+    let width = 20;
+    let filled = (frac * f64::from(width)).round() as usize;
+    let bar: String = "#".repeat(filled) + &".".repeat(width as usize - filled);
+    let phase = sc
+        .phases
+        .iter()
+        .rev()
+        .find(|p| t >= p.from.secs())
+        .map(|p| p.name.as_str())
+        .unwrap_or("-");
+    let mut line = format!("[{bar}] {t:>4.0}s/{total:.0}s {phase:<9}");
+    for r in runs {
+        if let Some(s) = r.record.last() {
+            line.push_str(&format!(
+                " | {:<8} {:<17} rep {:>2}/{:<2} backoff {} age {:>4.0}s depth {:>5} dep {:>3.0}/{:<3.0} dlq {:>3}",
+                r.label,
+                s.regime,
+                s.ready,
+                s.replicas,
+                s.backoff
+                    .map(|b| format!("{b:.2}"))
+                    .unwrap_or_else(|| " -  ".into()),
+                s.queue_age,
+                s.queue_depth,
+                s.dep_load,
+                s.dep_capacity,
+                s.dead_lettered
+            ));
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn worker_config_follows_the_spec_with_api_defaults() {
+        let sc = Scenario::load("outage-and-recovery").unwrap();
+        let cfg = worker_config(sc.worker_backpressure.worker.as_ref());
+        assert_eq!(cfg.max_permits, 4);
+        assert_eq!(cfg.reaction, 20);
+        assert_eq!(cfg.probe_initial_ms, 500);
+        assert_eq!(cfg.probe_max_ms, 10_000);
+        assert!(cfg.validate().is_ok());
+        assert_eq!(worker_config(None), WorkerConfig::default());
+    }
+}
