@@ -4,3 +4,4 @@ pub mod config;
 pub mod controller;
 pub mod metrics;
 pub mod permits;
+pub mod worker_loop;

@@ -1,0 +1,431 @@
+//! A worker loop for the common case: poll a [`Source`] with the permits the [`Gate`] allows,
+//! process each message with a [`Handler`], record its outcome, ack or nack it.
+//!
+//! Every message a poll returns is processed and finished, also during shutdown: shutdown stops
+//! new polls (a poll in progress is not cancelled) and waits for the messages in flight.
+//! A successful message is acked; a failed one (dependency or message failure) is nacked so the
+//! queue redelivers it and, after its maximum attempts, dead-letters it.
+//!
+//! [`MemorySource`] is an in-memory queue with redelivery and a dead-letter list, for examples
+//! and tests.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::controller::Outcome;
+use crate::permits::Gate;
+
+/// Where messages come from.
+pub trait Source: Send + Sync + 'static {
+    /// A received message (with whatever the source needs to ack it).
+    type Message: Send + 'static;
+    /// A source error (the queue itself failing; never counted as a dependency failure).
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Receives up to `max` messages; may wait a bounded time and return none.
+    fn poll(
+        &self,
+        max: u32,
+    ) -> impl Future<Output = Result<Vec<Self::Message>, Self::Error>> + Send;
+
+    /// The message was processed: remove it from the queue.
+    fn ack(&self, message: Self::Message) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The message failed: make it available again (or dead-letter it).
+    fn nack(&self, message: Self::Message) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// Processes one message.
+pub trait Handler<M>: Send + Sync + 'static {
+    /// Processes `message` and classifies the result.
+    fn handle(&self, message: &M) -> impl Future<Output = Outcome> + Send;
+}
+
+/// Counters of a finished [`WorkerLoop::run`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopStats {
+    /// Polls made.
+    pub polls: u64,
+    /// Polls that returned nothing.
+    pub empty_polls: u64,
+    /// Polls that failed.
+    pub poll_errors: u64,
+    /// Messages received.
+    pub received: u64,
+    /// Outcomes by [`Outcome::index`].
+    pub outcomes: [u64; 3],
+    /// Acks or nacks that failed.
+    pub settle_errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    outcomes: [AtomicU64; 3],
+    settle_errors: AtomicU64,
+}
+
+/// The loop. See the module docs.
+pub struct WorkerLoop<S, H> {
+    source: Arc<S>,
+    handler: Arc<H>,
+    gate: Gate,
+    max_batch: u32,
+    poll_error_pause: Duration,
+}
+
+impl<S, H> fmt::Debug for WorkerLoop<S, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerLoop")
+            .field("gate", &self.gate)
+            .field("max_batch", &self.max_batch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, H> WorkerLoop<S, H>
+where
+    S: Source,
+    H: Handler<S::Message>,
+{
+    /// A loop polling `source` for at most 10 messages at a time.
+    pub fn new(source: Arc<S>, handler: Arc<H>, gate: Gate) -> Self {
+        WorkerLoop {
+            source,
+            handler,
+            gate,
+            max_batch: 10,
+            poll_error_pause: Duration::from_secs(1),
+        }
+    }
+
+    /// The most messages asked for in one poll (at least 1).
+    pub fn max_batch(mut self, n: u32) -> Self {
+        self.max_batch = n.max(1);
+        self
+    }
+
+    /// The pause after a failed poll.
+    pub fn poll_error_pause(mut self, pause: Duration) -> Self {
+        self.poll_error_pause = pause;
+        self
+    }
+
+    /// Runs until `shutdown` resolves, then waits for the messages in flight.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> LoopStats {
+        tokio::pin!(shutdown);
+        let counters = Arc::new(Counters::default());
+        let mut stats = LoopStats::default();
+        let mut tasks = JoinSet::new();
+        loop {
+            let mut permit = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                p = self.gate.acquire(self.max_batch) => p,
+            };
+            stats.polls += 1;
+            let messages = match self.source.poll(permit.granted()).await {
+                Ok(m) => m,
+                Err(e) => {
+                    stats.poll_errors += 1;
+                    drop(permit);
+                    tracing::warn!(error = %e, "poll failed");
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(self.poll_error_pause) => continue,
+                    }
+                }
+            };
+            if messages.is_empty() {
+                stats.empty_polls += 1;
+            }
+            stats.received += messages.len() as u64;
+            for message in messages {
+                let slot = permit.start();
+                let source = self.source.clone();
+                let handler = self.handler.clone();
+                let counters = counters.clone();
+                tasks.spawn(async move {
+                    let outcome = handler.handle(&message).await;
+                    let settled = match outcome {
+                        Outcome::Success => source.ack(message).await,
+                        _ => source.nack(message).await,
+                    };
+                    if let Err(e) = settled {
+                        counters.settle_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(error = %e, "ack/nack failed");
+                    }
+                    counters.outcomes[outcome.index()].fetch_add(1, Ordering::Relaxed);
+                    slot.finish(outcome);
+                });
+            }
+            // Unused permits (an empty or short poll) go back here.
+            drop(permit);
+            while let Some(done) = tasks.try_join_next() {
+                if let Err(e) = done {
+                    tracing::error!(error = %e, "message task failed");
+                }
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done {
+                tracing::error!(error = %e, "message task failed");
+            }
+        }
+        for (i, c) in counters.outcomes.iter().enumerate() {
+            stats.outcomes[i] = c.load(Ordering::Relaxed);
+        }
+        stats.settle_errors = counters.settle_errors.load(Ordering::Relaxed);
+        stats
+    }
+}
+
+/// A message of a [`MemorySource`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery<M> {
+    /// The payload.
+    pub body: M,
+    /// 1 on the first delivery.
+    pub attempt: u32,
+}
+
+/// [`MemorySource`] never fails.
+#[derive(Debug, thiserror::Error)]
+#[error("in-memory source error")]
+pub struct MemoryError;
+
+/// An in-memory queue: FIFO, redelivery on nack, dead-letter after `max_attempts`.
+pub struct MemorySource<M> {
+    queue: Mutex<VecDeque<Delivery<M>>>,
+    dead: Mutex<Vec<Delivery<M>>>,
+    arrived: Notify,
+    max_attempts: u32,
+    poll_wait: Duration,
+    acked: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl<M: Send + 'static> fmt::Debug for MemorySource<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemorySource")
+            .field("depth", &self.depth())
+            .field("acked", &self.acked())
+            .field("dead_letters", &self.dead_letter_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Send + 'static> MemorySource<M> {
+    /// An empty queue that dead-letters a message after `max_attempts` failed deliveries and
+    /// whose polls wait up to `poll_wait` for a message.
+    pub fn new(max_attempts: u32, poll_wait: Duration) -> Self {
+        MemorySource {
+            queue: Mutex::new(VecDeque::new()),
+            dead: Mutex::new(Vec::new()),
+            arrived: Notify::new(),
+            max_attempts: max_attempts.max(1),
+            poll_wait,
+            acked: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+        }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Delivery<M>>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Enqueues a message.
+    pub fn push(&self, body: M) {
+        self.queue().push_back(Delivery { body, attempt: 0 });
+        self.arrived.notify_one();
+    }
+
+    /// Messages waiting.
+    pub fn depth(&self) -> usize {
+        self.queue().len()
+    }
+
+    /// Messages received and not yet acked or nacked.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Messages acked.
+    pub fn acked(&self) -> u64 {
+        self.acked.load(Ordering::Relaxed)
+    }
+
+    /// Messages dead-lettered.
+    pub fn dead_letter_count(&self) -> usize {
+        self.dead.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn take(&self, max: u32) -> Vec<Delivery<M>> {
+        let mut q = self.queue();
+        let n = q.len().min(max as usize);
+        let out: Vec<_> = q
+            .drain(..n)
+            .map(|mut d| {
+                d.attempt += 1;
+                d
+            })
+            .collect();
+        self.in_flight
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+}
+
+impl<M: Send + 'static> Source for MemorySource<M> {
+    type Message = Delivery<M>;
+    type Error = MemoryError;
+
+    async fn poll(&self, max: u32) -> Result<Vec<Delivery<M>>, MemoryError> {
+        let got = self.take(max);
+        if !got.is_empty() || self.poll_wait.is_zero() {
+            return Ok(got);
+        }
+        let _ = tokio::time::timeout(self.poll_wait, self.arrived.notified()).await;
+        Ok(self.take(max))
+    }
+
+    async fn ack(&self, _message: Delivery<M>) -> Result<(), MemoryError> {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.acked.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn nack(&self, message: Delivery<M>) -> Result<(), MemoryError> {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if message.attempt >= self.max_attempts {
+            self.dead
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(message);
+        } else {
+            self.queue().push_back(message);
+            self.arrived.notify_one();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::atomic::AtomicU32;
+
+    use super::*;
+    use crate::controller::{self, Mode, Settings};
+
+    /// A dependency that fails while `down` is set, with a small processing time.
+    struct Dependency {
+        down: std::sync::atomic::AtomicBool,
+        concurrent: AtomicU32,
+        peak: AtomicU32,
+    }
+
+    impl Handler<Delivery<u32>> for Dependency {
+        async fn handle(&self, message: &Delivery<u32>) -> Outcome {
+            let now = self.concurrent.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.concurrent.fetch_sub(1, Ordering::SeqCst);
+            if message.body % 50 == 7 {
+                Outcome::MessageFailure
+            } else if self.down.load(Ordering::SeqCst) {
+                Outcome::DependencyFailure
+            } else {
+                Outcome::Success
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn processes_everything_backs_off_in_an_outage_and_loses_nothing() {
+        let source = Arc::new(MemorySource::new(5, Duration::from_millis(100)));
+        let total = 2_000u32;
+        for i in 0..total {
+            source.push(i);
+        }
+        let dep = Arc::new(Dependency {
+            down: true.into(),
+            concurrent: AtomicU32::new(0),
+            peak: AtomicU32::new(0),
+        });
+        let gate = Gate::new(controller::build(Settings::default(), 3));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let worker = WorkerLoop::new(source.clone(), dep.clone(), gate.clone()).max_batch(4);
+        let run = tokio::spawn(worker.run(async move {
+            let _ = stop_rx.await;
+        }));
+        // An outage: the worker backs off fully and only probes.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(gate.snapshot().mode, Mode::Probing);
+        assert!(dep.peak.load(Ordering::SeqCst) <= 16);
+        let dead_during_outage = source.dead_letter_count();
+        // Recovery: everything left is processed.
+        dep.down.store(false, Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(600), async {
+            while source.depth() > 0 || source.in_flight() > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("drained after recovery");
+        stop_tx.send(()).unwrap();
+        let stats = run.await.unwrap();
+        let dead = source.dead_letter_count() as u64;
+        assert_eq!(
+            source.acked() + dead,
+            u64::from(total),
+            "every message acked or dead-lettered"
+        );
+        // Only poison messages (every 50th) reach the DLQ, plus any probe casualties.
+        let poison = (0..total).filter(|i| i % 50 == 7).count() as u64;
+        assert!(
+            dead >= poison && dead <= poison + dead_during_outage as u64 + 2,
+            "{dead}"
+        );
+        assert_eq!(stats.received, stats.outcomes.iter().sum::<u64>());
+        assert_eq!(gate.snapshot().in_flight, 0);
+        assert_eq!(gate.snapshot().limit, 16, "back to full permits");
+        // During the outage a handful of failures, not thousands.
+        assert!(stats.outcomes[1] < 200, "{stats:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_messages_in_flight() {
+        let source = Arc::new(MemorySource::new(5, Duration::from_millis(10)));
+        for i in 0..8 {
+            source.push(i);
+        }
+        let dep = Arc::new(Dependency {
+            down: false.into(),
+            concurrent: AtomicU32::new(0),
+            peak: AtomicU32::new(0),
+        });
+        let gate = Gate::new(controller::build(Settings::default(), 3));
+        let worker = WorkerLoop::new(source.clone(), dep, gate.clone());
+        let stats = worker
+            .run(tokio::time::sleep(Duration::from_millis(1)))
+            .await;
+        // Everything received was finished: acked, or nacked back into the queue.
+        assert_eq!(stats.received, stats.outcomes.iter().sum::<u64>());
+        assert_eq!(
+            source.acked() + source.depth() as u64 + source.dead_letter_count() as u64,
+            8
+        );
+        assert!(stats.received >= 1);
+        assert_eq!(source.in_flight(), 0);
+        assert_eq!(gate.snapshot().in_flight, 0);
+    }
+}
