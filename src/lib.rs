@@ -1,3 +1,4 @@
 //! operator
 
 pub mod resolve;
+pub mod decide;

@@ -693,6 +693,16 @@ pub fn resolve(
             format!("abortAbove {} is not in (0, 1]", abort_above.value),
         );
     }
+    if abort_above.value <= release_below.value {
+        r.error(
+            &abort_above.from,
+            format!(
+                "rampUp.abortAbove {} must be above release.backoffBelow {} (from {}), or a \
+                 ramp would abort at a backoff that releases the hold",
+                abort_above.value, release_below.value, release_below.from
+            ),
+        );
+    }
     if up_pods.value < 1 {
         r.error(
             &up_pods.from,

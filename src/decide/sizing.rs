@@ -1,0 +1,555 @@
+//! Backlog sizing (what a backlog-only autoscaler would pick), HPA-style step limits and the
+//! scale-down stabilization window.
+//!
+//! # Backlog sizing
+//!
+//! Notation: `c` current replicas (from `/scale`), `r` ready pods, `λ` arrival rate, `μ` fleet
+//! completion rate (messages/s), `D` queue depth, `A` age of the oldest first-attempt message,
+//! `T` `targetQueueAge`, `tol` = [`TOLERANCE`] (0.1, the HPA default).
+//!
+//! * Per-pod throughput `p = μ / r` (known when `r > 0` and `μ > 0`).
+//! * Backlog `B = D`, or `λ·A` (Little's law) when the depth is unknown.
+//! * Capacity needed to keep the age at or below `T`: `need = max(λ, B / T)`. Serving `B / T`
+//!   clears today's backlog within one target age; serving `λ` keeps up with arrivals. (Equal
+//!   to `λ + max(0, B − λ·T) / T`: only the backlog beyond what `T` seconds of arrivals would
+//!   leave anyway has to be drained.)
+//! * Rate-based size `n_rate = need / p`.
+//! * Age-based size (the HPA `Value` rule, used when `p` is unknown and for scale-in):
+//!   `n_age = max(c, 1) · A / T` when the age is above target, `c · A / T` when below.
+//!
+//! The raw recommendation, first rule that applies:
+//!
+//! 1. `A / T > 1 + tol` (backlogged): `max(c, n_rate)` when `n_rate` is known (sized by
+//!    throughput, so no HPA runaway on a lagging age signal; never a scale-in while the queue is
+//!    too old), else `n_age`.
+//! 2. `n_rate > max(c, 1)·(1 + tol)`: `n_rate`. Arrivals or backlog exceed what the fleet
+//!    completes before the age shows it: scale out early.
+//! 3. `A / T < 1 − tol`: `n_age` (as an HPA on queue age would; the scale-down stabilization
+//!    window and step limit temper it).
+//! 4. `A / T` within tolerance: `c`.
+//! 5. Age unknown: `n_rate` when below `c·(1 − tol)` (a draining fleet), else `c`.
+//!
+//! With `c = 0` and any sign of work (`λ > 0`, `D > 0` or `A > 0`) the result is at least 1.
+//! The result is rounded up and clamped to `[minReplicas, maxReplicas]`; that clamped value is
+//! `status.replicas.recommended`. Per-pod completion understates capacity while pods are idle,
+//! which is why rule 1 only ever scales *out* and scale-in follows the age (rule 3).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use backpressure_api::v1alpha1::RecommendationPoint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use super::FleetMetrics;
+use super::time::{elapsed_at_least, minus};
+use crate::resolve::{EffectiveScaleDown, EffectiveScaleUp, EffectiveScaling};
+
+/// The HPA's default tolerance: ratios within ±10% of target cause no scaling.
+pub const TOLERANCE: f64 = 0.1;
+
+/// A backlog-only sizing of the fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sizing {
+    /// The recommendation clamped to `[minReplicas, maxReplicas]`.
+    pub replicas: i32,
+    /// The recommendation before clamping.
+    pub raw: i32,
+    /// The queue needs more than it gets: age above target (beyond tolerance) or a raw
+    /// recommendation above the current replicas.
+    pub backlogged: bool,
+    /// How the number was found, in words and numbers.
+    pub basis: String,
+}
+
+/// Sizes the fleet from the queue, or `None` when neither the age nor the rates are known.
+pub fn size(
+    scaling: &EffectiveScaling,
+    current: i32,
+    ready: i32,
+    fleet: &FleetMetrics,
+) -> Option<Sizing> {
+    let t = scaling.target_queue_age.as_secs_f64();
+    let c = f64::from(current.max(0));
+    let c_ref = c.max(1.0);
+    let (up, down) = (1.0 + TOLERANCE, 1.0 - TOLERANCE);
+
+    let per_pod = match (fleet.completion_rate, ready) {
+        (Some(mu), r) if r > 0 && mu > 0.0 => Some(mu / f64::from(r)),
+        _ => None,
+    };
+    let backlog = fleet
+        .queue_depth
+        .or_else(|| Some(fleet.arrival_rate? * fleet.queue_age?));
+    let need = fleet
+        .arrival_rate
+        .map(|lambda| lambda.max(backlog.unwrap_or(0.0) / t));
+    let n_rate = match (need, per_pod) {
+        (Some(need), Some(p)) => Some(need / p),
+        _ => None,
+    };
+    let ratio = fleet.queue_age.map(|a| a / t);
+
+    let busy = fleet.arrival_rate.is_some_and(|l| l > 0.0)
+        || fleet.queue_depth.is_some_and(|d| d > 0.0)
+        || fleet.queue_age.is_some_and(|a| a > 0.0);
+
+    let mut basis = String::new();
+    let raw = if let Some(r) = ratio.filter(|r| *r > up) {
+        let age = fleet.queue_age.unwrap_or_default();
+        match n_rate {
+            Some(n) if n > c => {
+                rate_basis(&mut basis, fleet, backlog, t, per_pod, ready, n);
+                n
+            }
+            Some(_) => {
+                let _ = write!(
+                    basis,
+                    "queue age {age:.0}s > target {t:.0}s, but the fleet's throughput clears \
+                     the backlog within the target"
+                );
+                c
+            }
+            None => {
+                let _ = write!(
+                    basis,
+                    "queue age {age:.0}s / target {t:.0}s × {c_ref:.0} replicas = {:.1} \
+                     (completion per pod unknown)",
+                    c_ref * r
+                );
+                c_ref * r
+            }
+        }
+    } else if let Some(n) = n_rate.filter(|n| *n > c_ref * up) {
+        rate_basis(&mut basis, fleet, backlog, t, per_pod, ready, n);
+        n
+    } else if let Some(r) = ratio.filter(|r| *r < down) {
+        let age = fleet.queue_age.unwrap_or_default();
+        let _ = write!(
+            basis,
+            "queue age {age:.0}s / target {t:.0}s × {c:.0} replicas = {:.1}",
+            c * r
+        );
+        c * r
+    } else if let Some(r) = ratio {
+        let _ = write!(
+            basis,
+            "queue age {:.0}s within {:.0}% of target {t:.0}s",
+            r * t,
+            TOLERANCE * 100.0
+        );
+        c
+    } else if let Some(n) = n_rate {
+        if n < c * down {
+            rate_basis(&mut basis, fleet, backlog, t, per_pod, ready, n);
+            n
+        } else {
+            let _ = write!(
+                basis,
+                "throughput matches arrivals within {:.0}% (queue age unknown)",
+                TOLERANCE * 100.0
+            );
+            c
+        }
+    } else if current <= 0 && busy {
+        let _ = write!(basis, "work is waiting and no replica runs");
+        1.0
+    } else {
+        return None;
+    };
+
+    let mut raw = ceil_to_i32(raw);
+    if current <= 0 && busy {
+        raw = raw.max(1);
+    }
+    let replicas = raw.clamp(scaling.min_replicas, scaling.max_replicas);
+    let backlogged = ratio.is_some_and(|r| r > up) || raw > current;
+    let _ = write!(basis, " → {raw}");
+    if replicas != raw {
+        let _ = write!(
+            basis,
+            ", clamped to {replicas} by [{}, {}]",
+            scaling.min_replicas, scaling.max_replicas
+        );
+    }
+    Some(Sizing {
+        replicas,
+        raw,
+        backlogged,
+        basis,
+    })
+}
+
+fn rate_basis(
+    out: &mut String,
+    fleet: &FleetMetrics,
+    backlog: Option<f64>,
+    t: f64,
+    per_pod: Option<f64>,
+    ready: i32,
+    n: f64,
+) {
+    let lambda = fleet.arrival_rate.unwrap_or_default();
+    let _ = write!(out, "arrivals {}/s", num(lambda));
+    if let Some(b) = backlog {
+        let _ = write!(
+            out,
+            ", backlog {} ({}/s to serve it within {t:.0}s)",
+            num(b),
+            num(b / t)
+        );
+    }
+    let _ = write!(
+        out,
+        " at {}/s per ready pod ({}/s over {ready}) = {n:.1}",
+        num(per_pod.unwrap_or_default()),
+        num(fleet.completion_rate.unwrap_or_default()),
+    );
+}
+
+/// A number for humans: integers without decimals, otherwise up to two decimals.
+pub fn num(x: f64) -> String {
+    if (x - x.round()).abs() < 0.005 {
+        format!("{:.0}", x.round())
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// Rounds up, tolerating floating-point noise (13.000000001 is 13), saturating at `i32::MAX`.
+pub fn ceil_to_i32(x: f64) -> i32 {
+    if !x.is_finite() {
+        return if x > 0.0 { i32::MAX } else { 0 };
+    }
+    let c = (x - 1e-9).ceil();
+    if c >= f64::from(i32::MAX) {
+        i32::MAX
+    } else if c <= 0.0 {
+        0
+    } else {
+        c as i32
+    }
+}
+
+/// The most replicas one scale-up step may reach from `current`: the larger of `maxPods`
+/// added and `maxPercent` added (rounded up), as the HPA's `selectPolicy: Max`.
+pub fn scale_up_limit(current: i32, up: &EffectiveScaleUp) -> i32 {
+    let c = i64::from(current.max(0));
+    let by_pods = c + i64::from(up.max_pods);
+    let by_percent = (c * (100 + i64::from(up.max_percent)) + 99) / 100;
+    i32::try_from(by_pods.max(by_percent)).unwrap_or(i32::MAX)
+}
+
+/// The fewest replicas one scale-down step may reach from `current`: `maxPercent` removed,
+/// rounded as the HPA does (the remaining count rounded down).
+pub fn scale_down_limit(current: i32, down: &EffectiveScaleDown) -> i32 {
+    let c = i64::from(current.max(0));
+    let kept = c * (100 - i64::from(down.max_percent.clamp(0, 100))) / 100;
+    i32::try_from(kept).unwrap_or(0)
+}
+
+/// Whether a period that started at `last` is over at `now` (no `last`: yes).
+pub fn period_over(last: Option<&Time>, period: Duration, now: Timestamp) -> bool {
+    last.is_none_or(|t| elapsed_at_least(t.0, now, period))
+}
+
+/// Adds `recommendation` made at `now` to the change points, drops points that left the
+/// `window`, and returns the highest recommendation in the window (the HPA's scale-down
+/// stabilization).
+///
+/// The points form a strictly decreasing sequence of `replicas`: a new recommendation removes
+/// every earlier point it equals or exceeds (they can never again be the maximum) and takes
+/// over the `since` of the earliest one it removed, so that the point before keeps its true
+/// end. A point leaves the window when the next point started at or before `now - window`. A
+/// recommendation equal to the last point changes nothing, so a steady state leaves the list
+/// (and the status) untouched.
+pub fn stabilize(
+    points: &mut Vec<RecommendationPoint>,
+    recommendation: i32,
+    now: Timestamp,
+    window: Duration,
+) -> i32 {
+    if points.last().map(|p| p.replicas) != Some(recommendation) {
+        let mut since = now;
+        while let Some(last) = points.last() {
+            if last.replicas > recommendation {
+                break;
+            }
+            since = last.since.0;
+            points.pop();
+        }
+        points.push(RecommendationPoint {
+            since: Time(since),
+            replicas: recommendation,
+        });
+    }
+    let cutoff = minus(now, window);
+    while points.len() >= 2 && points[1].since.0 <= cutoff {
+        points.remove(0);
+    }
+    points.first().map_or(recommendation, |p| p.replicas)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::decide::fixtures::{at, effective, fleet};
+
+    #[test]
+    fn design_example_sizes_to_fourteen() {
+        // DESIGN.md §3: 8 replicas, 300/s arriving, 180/s completing, depth 12000, age 412s.
+        let eff = effective(|s| s.max_replicas = 50);
+        let f = FleetMetrics {
+            queue_age: Some(412.0),
+            queue_depth: Some(12000.0),
+            arrival_rate: Some(300.0),
+            completion_rate: Some(180.0),
+            ..fleet(0.0)
+        };
+        let s = size(&eff.scaling, 8, 8, &f).unwrap();
+        assert_eq!(s.replicas, 14, "{}", s.basis);
+        assert!(s.backlogged);
+        assert!(s.basis.contains("22.5/s per ready pod"), "{}", s.basis);
+    }
+
+    #[test]
+    fn table() {
+        let eff = effective(|s| {
+            s.min_replicas = 0;
+            s.max_replicas = 100;
+        });
+        // (name, current, ready, age, depth, arrival, completion, want)
+        type Case = (
+            &'static str,
+            i32,
+            i32,
+            Option<f64>,
+            Option<f64>,
+            Option<f64>,
+            Option<f64>,
+            Option<i32>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "steady healthy fleet keeps its size",
+                10,
+                10,
+                Some(60.0),
+                Some(100.0),
+                Some(100.0),
+                Some(100.0),
+                Some(10),
+            ),
+            (
+                "arrivals outpace completions by 50%",
+                10,
+                10,
+                Some(30.0),
+                Some(100.0),
+                Some(150.0),
+                Some(100.0),
+                Some(15),
+            ),
+            (
+                "idle queue: age-based scale-in",
+                10,
+                10,
+                Some(6.0),
+                Some(0.0),
+                Some(50.0),
+                Some(50.0),
+                Some(1),
+            ),
+            (
+                "age 30/60 halves",
+                10,
+                10,
+                Some(30.0),
+                None,
+                None,
+                None,
+                Some(5),
+            ),
+            (
+                "unknown per-pod: HPA ratio",
+                4,
+                0,
+                Some(120.0),
+                None,
+                Some(10.0),
+                None,
+                Some(8),
+            ),
+            (
+                "age above, rates say enough",
+                10,
+                10,
+                Some(120.0),
+                Some(10.0),
+                Some(10.0),
+                Some(100.0),
+                Some(10),
+            ),
+            (
+                "within tolerance",
+                10,
+                10,
+                Some(63.0),
+                None,
+                None,
+                None,
+                Some(10),
+            ),
+            (
+                "draining, age unknown",
+                10,
+                10,
+                None,
+                Some(0.0),
+                Some(20.0),
+                Some(100.0),
+                Some(2),
+            ),
+            ("nothing known", 10, 10, None, Some(5.0), None, None, None),
+            (
+                "zero replicas with work",
+                0,
+                0,
+                None,
+                Some(5.0),
+                Some(1.0),
+                None,
+                Some(1),
+            ),
+            (
+                "zero replicas, age known",
+                0,
+                0,
+                Some(10.0),
+                None,
+                None,
+                None,
+                Some(1),
+            ),
+            (
+                "zero replicas, empty queue",
+                0,
+                0,
+                Some(0.0),
+                Some(0.0),
+                Some(0.0),
+                None,
+                Some(0),
+            ),
+            (
+                "clamped to max",
+                10,
+                10,
+                Some(600.0),
+                Some(1e6),
+                Some(1000.0),
+                Some(10.0),
+                Some(100),
+            ),
+        ];
+        for (name, c, r, age, depth, arrival, completion, want) in cases {
+            let f = FleetMetrics {
+                queue_age: age,
+                queue_depth: depth,
+                arrival_rate: arrival,
+                completion_rate: completion,
+                ..fleet(0.0)
+            };
+            let got = size(&eff.scaling, c, r, &f);
+            assert_eq!(got.as_ref().map(|s| s.replicas), want, "{name}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn step_limits_match_the_hpa() {
+        let up = EffectiveScaleUp {
+            max_pods: 4,
+            max_percent: 100,
+            period: Duration::from_secs(15),
+        };
+        assert_eq!(scale_up_limit(1, &up), 5, "4 pods beat 100% of 1");
+        assert_eq!(scale_up_limit(10, &up), 20, "100% beats 4 pods");
+        assert_eq!(scale_up_limit(0, &up), 4);
+        let up50 = EffectiveScaleUp {
+            max_percent: 50,
+            max_pods: 1,
+            ..up
+        };
+        assert_eq!(scale_up_limit(3, &up50), 5, "ceil(4.5)");
+        let down = EffectiveScaleDown {
+            max_percent: 10,
+            period: Duration::from_secs(60),
+            stabilization: Duration::from_secs(300),
+        };
+        assert_eq!(scale_down_limit(8, &down), 7, "floor(7.2)");
+        assert_eq!(scale_down_limit(100, &down), 90);
+        assert_eq!(scale_down_limit(1, &down), 0);
+    }
+
+    #[test]
+    fn stabilization_keeps_the_window_maximum_with_few_points() {
+        let w = Duration::from_secs(300);
+        let mut pts = Vec::new();
+        assert_eq!(stabilize(&mut pts, 10, at(0), w), 10);
+        assert_eq!(stabilize(&mut pts, 10, at(15), w), 10);
+        assert_eq!(pts.len(), 1, "steady state adds nothing");
+        assert_eq!(stabilize(&mut pts, 6, at(30), w), 10);
+        assert_eq!(stabilize(&mut pts, 8, at(45), w), 10);
+        assert_eq!(stabilize(&mut pts, 5, at(60), w), 10);
+        assert_eq!(
+            pts.iter().map(|p| p.replicas).collect::<Vec<_>>(),
+            vec![10, 8, 5]
+        );
+        // 10 held until 30s, so it leaves the window at 330s; 8 (since 30s, taking over the
+        // 6's start) held until 60s and leaves at 360s.
+        assert_eq!(stabilize(&mut pts, 5, at(329), w), 10);
+        assert_eq!(stabilize(&mut pts, 5, at(330), w), 8);
+        assert_eq!(stabilize(&mut pts, 5, at(360), w), 5);
+        assert_eq!(pts.len(), 1);
+        // A higher recommendation replaces everything at or below it.
+        assert_eq!(stabilize(&mut pts, 9, at(400), w), 9);
+        assert_eq!(pts.len(), 1);
+        // Zero window: the current recommendation.
+        assert_eq!(stabilize(&mut pts, 3, at(401), Duration::ZERO), 3);
+    }
+
+    proptest::proptest! {
+        /// The deque answers exactly what a brute-force maximum over the window answers.
+        #[test]
+        fn stabilization_matches_brute_force(
+            recs in proptest::collection::vec((0i32..20, 1i64..120), 1..80),
+            window in 0u64..400,
+        ) {
+            let window = Duration::from_secs(window);
+            let mut pts = Vec::new();
+            let mut history: Vec<(i64, i32)> = Vec::new();
+            let mut t = 0i64;
+            for (rec, dt) in recs {
+                t += dt;
+                history.push((t, rec));
+                let got = stabilize(&mut pts, rec, at(t), window);
+                // A recommendation made at t_i holds until t_{i+1}; it is in the window when
+                // it still held after now - window.
+                let cutoff = t - window.as_secs() as i64;
+                let want = history
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| history.get(i + 1).is_none_or(|(end, _)| *end > cutoff))
+                    .map(|(_, (_, r))| *r)
+                    .max()
+                    .unwrap();
+                proptest::prop_assert_eq!(got, want);
+                proptest::prop_assert!(pts.windows(2).all(|w| w[0].replicas > w[1].replicas));
+            }
+        }
+    }
+}
