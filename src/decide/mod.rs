@@ -70,7 +70,7 @@ use std::time::Duration;
 
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{
-    Action, ConfigStatus, DecisionRecord, FleetStatus, RampStatus, Regime, ReplicaStatus,
+    Action, ConfigStatus, DecisionRecord, FleetStatus, Mode, RampStatus, Regime, ReplicaStatus,
     TrackingStatus, WorkerBackpressureStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -173,6 +173,9 @@ pub struct DecisionEvent {
 /// The outcome of one decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
+    /// The mode the decision was made for (`Guard` applies `desired_replicas` as a clamp on
+    /// the guarded autoscaler instead of writing `/scale`).
+    pub mode: Mode,
     /// The regime the fleet is in.
     pub regime: Regime,
     /// Replicas of the target when observed.
@@ -196,10 +199,11 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// The replica count to write to the target's `/scale`, if any: `None` in DryRun, while
-    /// suspended, and when nothing changes.
+    /// The replica count to write to the target's `/scale`, if any: `None` in DryRun, in
+    /// Guard mode, while suspended, and when nothing changes.
     pub fn scale_to(&self) -> Option<i32> {
         (!self.dry_run
+            && self.mode != Mode::Guard
             && self.regime != Regime::Suspended
             && self.desired_replicas != self.current_replicas)
             .then_some(self.desired_replicas)
@@ -658,6 +662,13 @@ impl<'a> Ctx<'a> {
             sizing.replicas,
             sizing.basis
         );
+        if let Some(brake) = &self.eff.brake {
+            let _ = write!(
+                out.reason,
+                "; emergency brake {:.2} from policy {} in force",
+                brake.min_backoff, brake.policy
+            );
+        }
         out
     }
 
@@ -1079,6 +1090,7 @@ impl<'a> Ctx<'a> {
             .max(MIN_REQUEUE);
 
         Decision {
+            mode: eff.mode,
             regime: out.regime,
             current_replicas: c,
             desired_replicas: out.desired,

@@ -208,7 +208,7 @@ fn rate_basis(
 }
 
 /// A number for humans: integers without decimals, otherwise up to two decimals.
-pub fn num(x: f64) -> String {
+pub(crate) fn num(x: f64) -> String {
     if (x - x.round()).abs() < 0.005 {
         format!("{:.0}", x.round())
     } else if x.abs() >= 10.0 {
@@ -219,7 +219,7 @@ pub fn num(x: f64) -> String {
 }
 
 /// Rounds up, tolerating floating-point noise (13.000000001 is 13), saturating at `i32::MAX`.
-pub fn ceil_to_i32(x: f64) -> i32 {
+pub(crate) fn ceil_to_i32(x: f64) -> i32 {
     if !x.is_finite() {
         return if x > 0.0 { i32::MAX } else { 0 };
     }
@@ -251,7 +251,7 @@ pub fn scale_down_limit(current: i32, down: &EffectiveScaleDown) -> i32 {
 }
 
 /// Whether a period that started at `last` is over at `now` (no `last`: yes).
-pub fn period_over(last: Option<&Time>, period: Duration, now: Timestamp) -> bool {
+pub(crate) fn period_over(last: Option<&Time>, period: Duration, now: Timestamp) -> bool {
     last.is_none_or(|t| elapsed_at_least(t.0, now, period))
 }
 

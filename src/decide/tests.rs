@@ -846,3 +846,36 @@ fn invalid_spec_is_stalled_and_keeps_the_rest() {
     );
     assert_eq!(condition(&d.status, cond::READY).status, "True");
 }
+
+#[test]
+fn guard_mode_decides_but_never_writes_scale() {
+    let mut eff = defaults();
+    eff.mode = backpressure_api::v1alpha1::Mode::Guard;
+    let mut w = World::new(eff, 8);
+    w.queue(Backlog);
+    let d = w.step(0);
+    assert_eq!((d.desired_replicas, d.action), (14, ScaleOut));
+    assert_eq!(d.scale_to(), None, "Guard clamps the autoscaler instead");
+}
+
+#[test]
+fn hold_reason_names_the_brake() {
+    let mut eff = defaults();
+    eff.brake = Some(crate::resolve::EffectiveBrake {
+        min_backoff: 0.5,
+        expires_at: None,
+        reason: Some("incident 42".into()),
+        policy: "fleet-brake".into(),
+    });
+    let mut w = World::new(eff, 8);
+    w.queue(Backlog).backoff(0.5);
+    w.step(0);
+    let d = w.step(30);
+    assert_eq!(d.action, HoldScaleOut);
+    assert!(
+        d.reason
+            .contains("emergency brake 0.50 from policy fleet-brake in force"),
+        "{}",
+        d.reason
+    );
+}
