@@ -1,7 +1,7 @@
 //! Worker-side backpressure for queue workers.
 //!
 //! A queue worker records the outcome of every message; a pluggable [`controller`] turns the
-//! outcomes into a *backoff factor* in [0,1] against a *set point* (the dependency-failure
+//! outcomes into a *backoff factor* in `[0, 1]` against a *set point* (the dependency-failure
 //! fraction treated as background noise) and into a number of *permits*: how many messages the
 //! worker may process at once. When the dependency fails more than the set point, the worker
 //! slows down and the work waits in the queue instead of hammering the dependency and filling the

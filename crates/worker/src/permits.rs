@@ -83,7 +83,7 @@ impl Default for Clock {
 /// A point-in-time view of the gate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Snapshot {
-    /// Backoff factor in [0,1].
+    /// Backoff factor in `[0, 1]`.
     pub backoff: f64,
     /// Allowed concurrency now.
     pub limit: u32,

@@ -184,7 +184,7 @@ impl fmt::Display for Mode {
 /// moment.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Brake {
-    /// Minimum backoff in [0,1].
+    /// Minimum backoff in `[0, 1]`.
     pub min_backoff: f64,
     /// The brake lifts itself at this time, if set.
     pub until: Option<Nanos>,
@@ -323,7 +323,7 @@ pub trait Controller: Send + fmt::Debug {
     /// Total concurrency allowed now (the permits gauge); 0 when fully backed off.
     fn limit(&self, now: Nanos) -> u32;
 
-    /// The backoff factor in [0,1] (including an active brake).
+    /// The backoff factor in `[0, 1]` (including an active brake).
     fn backoff(&self, now: Nanos) -> f64;
 
     /// The current mode.
@@ -397,7 +397,7 @@ pub fn apply_settings(
     controller.set_brake(brake);
 }
 
-/// Clamps to [0,1], mapping NaN to 1 (fail safe: a broken computation backs off).
+/// Clamps to `[0, 1]`, mapping NaN to 1 (fail safe: a broken computation backs off).
 pub(crate) fn clamp01(x: f64) -> f64 {
     if x.is_nan() { 1.0 } else { x.clamp(0.0, 1.0) }
 }

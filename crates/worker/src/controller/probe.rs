@@ -3,7 +3,7 @@
 use super::{Nanos, SplitMix64};
 
 /// When the next probe may go out. Intervals start at `initial`, double after each failed probe
-/// up to `max`, and each wait is the interval times a jitter factor drawn from U[0.5, 1) so that
+/// up to `max`, and each wait is the interval times a jitter factor drawn from `U[0.5, 1)` so that
 /// a fleet of workers does not probe in lockstep.
 #[derive(Clone, Debug)]
 pub(crate) struct ProbeSchedule {

@@ -22,7 +22,7 @@ const PEAK_DECAY_PER_PERMIT: f64 = 3e9;
 /// - when that reaches 0 the controller is fully backed off ([`Mode::Probing`]): it grants one
 ///   message at a time, only with nothing in flight, on an interval that starts at
 ///   `probe_initial`, doubles after each failed probe up to `probe_max`, and is jittered by
-///   U[0.5, 1). An empty poll is not a probe result: the grant is simply available again;
+///   `U[0.5, 1)`. An empty poll is not a probe result: the grant is simply available again;
 /// - a successful probe sets permits to 2 and enters [`Mode::SlowStart`]: +1 permit per success
 ///   until `ssthresh = max(2, peak/2)` (the peak of permits before the backoff, decaying one
 ///   permit per 3 s), or until the first dependency failure; then [`Mode::Normal`].
@@ -32,7 +32,7 @@ const PEAK_DECAY_PER_PERMIT: f64 = 3e9;
 #[derive(Clone, Debug)]
 pub struct SetPoint {
     settings: Settings,
-    /// Integrator state in [-credit, 1].
+    /// Integrator state in `[-credit, 1]`.
     x: f64,
     /// Step up per dependency failure: 1/N.
     up: f64,

@@ -590,7 +590,7 @@ impl LoadSim {
 proptest! {
     #![proptest_config(fixed_seed(256))]
 
-    /// Whatever the sequence of calls, the backoff stays in [0,1], the limit never exceeds
+    /// Whatever the sequence of calls, the backoff stays in `[0, 1]`, the limit never exceeds
     /// maxPermits and a grant never exceeds the limit minus what is in flight.
     #[test]
     fn backoff_always_in_unit_interval(
