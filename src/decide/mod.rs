@@ -242,7 +242,13 @@ pub fn decide(
             observation.ready_pods,
             &fleet,
         );
-        match (fleet.backoff, sizing) {
+        // With no pod at all there is no worker to export a backoff: its absence is expected,
+        // not missing data, and must not keep a scaled-to-zero fleet from activating.
+        let no_pods = cx.current == 0 && observation.ready_pods == 0;
+        let backoff = fleet
+            .backoff
+            .or((no_pods && observation.metrics_error.is_none()).then_some(0.0));
+        match (backoff, sizing) {
             (Some(backoff), Some(sizing)) => cx.available(backoff, &sizing),
             (backoff, sizing) => {
                 let mut missing = Vec::new();
@@ -1029,6 +1035,9 @@ impl<'a> Ctx<'a> {
                     .join("; "),
             });
         }
+        for e in &mut events {
+            e.message = cap_message(std::mem::take(&mut e.message));
+        }
 
         // Conditions.
         let prev_conditions = prev.and_then(|p| p.conditions.clone()).unwrap_or_default();
@@ -1317,6 +1326,21 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// Largest event message (the `note` of `events.k8s.io/v1` is limited to 1 kB).
+const MAX_EVENT_MESSAGE: usize = 1024;
+
+fn cap_message(mut message: String) -> String {
+    if message.len() > MAX_EVENT_MESSAGE {
+        let mut end = MAX_EVENT_MESSAGE - '…'.len_utf8();
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
+
 /// Replicas at `pct` percent of the way from `from` to `to`, rounded up.
 fn stage_replicas(from: i32, to: i32, pct: i32) -> i32 {
     let (from, to) = (i64::from(from), i64::from(to));
@@ -1390,6 +1414,15 @@ mod unit {
             serde_json::to_string(&round_to(0.3, 2)).ok().as_deref(),
             Some("0.3")
         );
+    }
+
+    #[test]
+    fn event_messages_are_capped_on_a_char_boundary() {
+        let long = "é".repeat(1000);
+        let capped = cap_message(long);
+        assert!(capped.len() <= MAX_EVENT_MESSAGE);
+        assert!(capped.ends_with('…'));
+        assert_eq!(cap_message("short".into()), "short");
     }
 
     #[test]

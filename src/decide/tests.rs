@@ -879,3 +879,37 @@ fn hold_reason_names_the_brake() {
         d.reason
     );
 }
+
+#[test]
+fn a_fleet_scaled_to_zero_activates_on_backlog() {
+    // No pods: no backoff series exists. That is not missing data.
+    let mut w = World::new(effective(|s| s.min_replicas = 0), 0);
+    w.backoff = None;
+    w.queue(Idle);
+    let d = w.step(0);
+    assert_eq!(
+        (d.regime, d.desired_replicas, d.action),
+        (Backlogged, 1, ScaleOut),
+        "{}",
+        d.reason
+    );
+    let mut w = World::new(effective(|s| s.min_replicas = 0), 0);
+    w.backoff = None;
+    w.queue(Backlog);
+    let d = w.step(0);
+    assert_eq!((d.regime, d.action), (Backlogged, ScaleOut));
+    assert_eq!(
+        d.desired_replicas, 4,
+        "0 → 4 (one scale-up step): {}",
+        d.reason
+    );
+    // Once pods run, their backoff is required again.
+    let d = w.step(15);
+    assert_eq!((d.regime, d.desired_replicas), (MetricsUnavailable, 4));
+    // A query error is never taken for "no pods".
+    let mut w = World::new(effective(|s| s.min_replicas = 0), 0);
+    w.backoff = None;
+    w.error = Some("timeout".into());
+    w.queue(Backlog);
+    assert_eq!(w.step(0).regime, MetricsUnavailable);
+}
