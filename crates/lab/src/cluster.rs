@@ -60,7 +60,7 @@ impl Cluster {
             &[
                 "apply",
                 "--server-side",
-                "-f",
+                "-k",
                 &repo_root().join("crds").display().to_string(),
             ],
             None,

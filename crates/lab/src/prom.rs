@@ -28,10 +28,43 @@ pub struct ApiAccess<'a> {
     pub key_file: &'a Path,
 }
 
-/// The configuration file.
-pub fn config(api: &ApiAccess<'_>, namespaces: &[&str], static_targets: &[String]) -> String {
+/// How Prometheus finds the worker pods.
+#[derive(Debug, Clone)]
+pub enum Discovery<'a> {
+    /// `kubernetes_sd_configs` (role pod) against the API server, as in a cluster.
+    Kubernetes(ApiAccess<'a>),
+    /// `http_sd_configs` from the lab, which lists the same pods from the API server and
+    /// labels them with the same `__meta_kubernetes_*` labels (for Prometheus builds without
+    /// Kubernetes discovery, such as Debian's).
+    Http(String),
+}
+
+/// The configuration file. The relabeling is the same for both kinds of discovery.
+pub fn config(discovery: &Discovery<'_>, namespaces: &[&str], static_targets: &[String]) -> String {
     let ns: Vec<String> = namespaces.iter().map(|n| format!("'{n}'")).collect();
     let targets: Vec<String> = static_targets.iter().map(|t| format!("'{t}'")).collect();
+    let sd = match discovery {
+        Discovery::Kubernetes(api) => format!(
+            r#"  kubernetes_sd_configs:
+  - role: pod
+    api_server: '{server}'
+    tls_config: {{ca_file: '{ca}', cert_file: '{cert}', key_file: '{key}'}}
+    namespaces: {{names: [{ns}]}}
+    selectors:
+    - {{role: pod, label: '{label}={value}'}}
+"#,
+            server = api.server,
+            ca = api.ca_file.display(),
+            cert = api.cert_file.display(),
+            key = api.key_file.display(),
+            ns = ns.join(", "),
+            label = POD_LABEL,
+            value = POD_LABEL_VALUE,
+        ),
+        Discovery::Http(url) => {
+            format!("  http_sd_configs:\n  - url: '{url}'\n    refresh_interval: 1s\n")
+        }
+    };
     format!(
         r#"global:
   scrape_interval: 1s
@@ -39,14 +72,7 @@ pub fn config(api: &ApiAccess<'_>, namespaces: &[&str], static_targets: &[String
   evaluation_interval: 1s
 scrape_configs:
 - job_name: workers
-  kubernetes_sd_configs:
-  - role: pod
-    api_server: '{server}'
-    tls_config: {{ca_file: '{ca}', cert_file: '{cert}', key_file: '{key}'}}
-    namespaces: {{names: [{ns}]}}
-    selectors:
-    - {{role: pod, label: '{label}={value}'}}
-  relabel_configs:
+{sd}  relabel_configs:
   - {{source_labels: [__meta_kubernetes_pod_container_port_name], regex: '{port_name}', action: keep}}
   - {{source_labels: [__meta_kubernetes_pod_phase], regex: Running, action: keep}}
   - {{source_labels: [__meta_kubernetes_namespace], target_label: namespace}}
@@ -56,16 +82,76 @@ scrape_configs:
   static_configs:
   - targets: [{targets}]
 "#,
-        server = api.server,
-        ca = api.ca_file.display(),
-        cert = api.cert_file.display(),
-        key = api.key_file.display(),
-        ns = ns.join(", "),
-        label = POD_LABEL,
-        value = POD_LABEL_VALUE,
         port_name = backpressure_api::wire::ADMIN_PORT_NAME,
         targets = targets.join(", "),
     )
+}
+
+/// Whether this Prometheus build has Kubernetes service discovery (Debian's has not): checks a
+/// configuration using it with `promtool` next to the binary.
+pub async fn supports_kubernetes_sd(dir: &Path, api: &ApiAccess<'_>) -> bool {
+    let Ok(bin) = Prometheus::binary() else {
+        return false;
+    };
+    let promtool = bin.with_file_name("promtool");
+    let file = dir.join("k8s-sd-check.yml");
+    if std::fs::write(
+        &file,
+        config(&Discovery::Kubernetes(api.clone()), &["x"], &[]),
+    )
+    .is_err()
+    {
+        return false;
+    }
+    tokio::process::Command::new(promtool)
+        .args(["check", "config", "--syntax-only"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .await
+        .is_ok_and(|s| s.success())
+}
+
+/// The `http_sd` answer for `pods`: one target per container port, labelled as Prometheus'
+/// Kubernetes pod discovery labels it.
+pub fn http_sd_targets(pods: &[k8s_openapi::api::core::v1::Pod]) -> serde_json::Value {
+    let mut groups = Vec::new();
+    for p in pods {
+        let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+            continue;
+        };
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.to_lowercase())
+            .unwrap_or_else(|| "false".into());
+        for c in p.spec.iter().flat_map(|s| s.containers.iter()) {
+            for port in c.ports.iter().flatten() {
+                groups.push(serde_json::json!({
+                    "targets": [format!("{ip}:{}", port.container_port)],
+                    "labels": {
+                        "__meta_kubernetes_namespace": p.metadata.namespace.clone().unwrap_or_default(),
+                        "__meta_kubernetes_pod_name": p.metadata.name.clone().unwrap_or_default(),
+                        "__meta_kubernetes_pod_ip": ip,
+                        "__meta_kubernetes_pod_phase": phase,
+                        "__meta_kubernetes_pod_ready": ready,
+                        "__meta_kubernetes_pod_container_name": c.name,
+                        "__meta_kubernetes_pod_container_port_name": port.name.clone().unwrap_or_default(),
+                        "__meta_kubernetes_pod_container_port_number": port.container_port.to_string(),
+                    }
+                }));
+            }
+        }
+    }
+    serde_json::Value::Array(groups)
 }
 
 /// A running Prometheus.
@@ -183,7 +269,11 @@ mod tests {
             cert_file: Path::new("/c"),
             key_file: Path::new("/k"),
         };
-        let c = config(&api, &["a", "b"], &["127.0.0.1:1".into()]);
+        let c = config(
+            &Discovery::Kubernetes(api),
+            &["a", "b"],
+            &["127.0.0.1:1".into()],
+        );
         let v: serde_yaml::Value = serde_yaml::from_str(&c).unwrap_or(serde_yaml::Value::Null);
         let jobs = v["scrape_configs"].as_sequence().map(Vec::len);
         assert_eq!(jobs, Some(2), "{c}");
@@ -191,5 +281,26 @@ mod tests {
         assert!(c.contains("target_label: namespace"));
         assert!(c.contains("names: ['a', 'b']"));
         assert_eq!(v["scrape_configs"][1]["honor_labels"].as_bool(), Some(true));
+        let h = config(&Discovery::Http("http://127.0.0.1:2/sd".into()), &[], &[]);
+        assert!(h.contains("http_sd_configs") && h.contains("target_label: namespace"));
+    }
+
+    #[test]
+    fn http_sd_labels_like_kubernetes_sd() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "w-1", "namespace": "ns"},
+            "spec": {"containers": [{"name": "worker", "ports": [{"name": "bp-admin", "containerPort": 9464}]}]},
+            "status": {"phase": "Running", "podIP": "127.0.0.5",
+                       "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap_or_default();
+        let v = http_sd_targets(&[pod]);
+        assert_eq!(v[0]["targets"][0], "127.0.0.5:9464");
+        assert_eq!(
+            v[0]["labels"]["__meta_kubernetes_pod_container_port_name"],
+            "bp-admin"
+        );
+        assert_eq!(v[0]["labels"]["__meta_kubernetes_pod_ready"], "true");
+        assert_eq!(http_sd_targets(&[]).as_array().map(Vec::len), Some(0));
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use backpressure_api::v1alpha1::{WorkerBackpressure, WorkerSpec};
 use backpressure_api::wire::{WorkerConfig, metrics as m};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -234,12 +235,51 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let mut static_targets = vec![qaddr.to_string()];
     static_targets.extend(runs.iter().map(|r| r.dependency.addr().to_string()));
     let ns_names: Vec<&str> = runs.iter().map(|r| r.namespace).collect();
+    std::fs::create_dir_all(out.join("prometheus"))?;
+    let mut sd_task = None;
+    let discovery = if prom::supports_kubernetes_sd(&out.join("prometheus"), &api).await {
+        prom::Discovery::Kubernetes(api.clone())
+    } else {
+        let pods: Api<Pod> = Api::all(client.clone());
+        let (addr, task) = serve(SocketAddr::from(([127, 0, 0, 1], 0)), move |_req| {
+            let pods = pods.clone();
+            async move {
+                let lp = kube::api::ListParams::default().labels(&format!(
+                    "{}={}",
+                    crate::kubelet::POD_LABEL,
+                    crate::kubelet::POD_LABEL_VALUE
+                ));
+                match pods.list(&lp).await {
+                    Ok(list) => response(
+                        200,
+                        "application/json",
+                        prom::http_sd_targets(&list.items).to_string(),
+                    ),
+                    Err(e) => response(503, "text/plain", e.to_string()),
+                }
+            }
+        })
+        .await?;
+        sd_task = Some(task);
+        prom::Discovery::Http(format!("http://{addr}/sd"))
+    };
     let mut prometheus = LabPrometheus::start(
         &out.join("prometheus"),
-        &prom::config(&api, &ns_names, &static_targets),
+        &prom::config(&discovery, &ns_names, &static_targets),
     )
     .await?;
-    say(show, &format!("lab: prometheus {}", prometheus.url()));
+    say(
+        show,
+        &format!(
+            "lab: prometheus {} (pod discovery: {})",
+            prometheus.url(),
+            match discovery {
+                prom::Discovery::Kubernetes(_) => "kubernetes_sd_configs",
+                prom::Discovery::Http(_) =>
+                    "http_sd from the API server's pod list; this Prometheus build has no kubernetes_sd",
+            }
+        ),
+    );
 
     // Operator: chart RBAC, its own ServiceAccount token, the process, the WorkerBackpressure.
     let mut operator_proc = None;
@@ -404,6 +444,9 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         let _ = t;
     }
     qtask.abort();
+    if let Some(t) = sd_task {
+        t.abort();
+    }
     prometheus.stop();
     redis.stop();
     cluster.stop();
