@@ -40,7 +40,9 @@
 //!   from. `onMetricsUnavailable` applies (`Hold` keeps the current replicas, `Static` sets,
 //!   `IfHigher` raises), clamped to `[minReplicas, maxReplicas]`, never to zero; a hold and a
 //!   ramp are kept as they were and resume when metrics return. Evidence for a release does not
-//!   survive a gap (`belowReleaseSince` is cleared); evidence for a hold does.
+//!   survive a gap (`belowReleaseSince` is cleared); evidence for a hold does. One exception:
+//!   with zero replicas and zero ready pods no worker can export a backoff, so (unless a query
+//!   failed) the backoff is taken as 0 and a backlog activates the fleet.
 //! * **Suspended**: `spec.suspend`; nothing changes and nothing is written to the target.
 //!
 //! The held state is `regime == DependencyFailing`; through `MetricsUnavailable` and
