@@ -43,7 +43,7 @@ enum Command {
     /// List the bundled scenarios.
     List,
     /// One worker process (started by the kubelet stand-in).
-    Worker(backpressure_lab::worker::WorkerArgs),
+    Worker(Box<backpressure_lab::worker::WorkerArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,7 +62,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         match cli.command {
-            Command::Worker(args) => backpressure_lab::worker::run(args).await,
+            Command::Worker(args) => backpressure_lab::worker::run(*args).await,
             Command::List => {
                 for name in scenario::bundled() {
                     let s = Scenario::load(&name)?;

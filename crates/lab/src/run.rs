@@ -283,6 +283,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
 
     // Operator: chart RBAC, its own ServiceAccount token, the process, the WorkerBackpressure.
     let mut operator_proc = None;
+    let mut operator_identity = None;
     if let Some(bin) = &operator_bin {
         let sa = cluster
             .install_operator_rbac(&[(OPERATOR_RUN_NS, "default")])
@@ -290,6 +291,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         let kubeconfig = cluster
             .service_account_kubeconfig(OPERATOR_NAMESPACE, &sa, "operator")
             .await?;
+        operator_identity = Some(format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{sa}"));
         let port = backpressure_envtest::process::free_port()
             .map_err(|e| LabError::Other(e.to_string()))?;
         let mut spec = sc.worker_backpressure.clone();
@@ -336,7 +338,10 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         &cfg_path,
         serde_json::to_vec_pretty(&cfg).map_err(|e| LabError::Other(e.to_string()))?,
     )?;
-    let launcher = make_launcher(&opts, &runs, &redis.url(), &cfg_path, &logs);
+    let auth = operator_identity
+        .as_ref()
+        .map(|id| (cluster.kubeconfig().to_path_buf(), id.clone()));
+    let launcher = make_launcher(&opts, &runs, &redis.url(), &cfg_path, &logs, auth);
     let kubelet = Kubelet::start(
         client.clone(),
         "lab-node",
@@ -471,6 +476,7 @@ fn make_launcher(
     redis_url: &str,
     cfg_path: &Path,
     logs: &Path,
+    auth: Option<(PathBuf, String)>,
 ) -> Launcher {
     let sc = &opts.scenario;
     let per_ns: BTreeMap<String, String> = runs
@@ -492,33 +498,42 @@ fn make_launcher(
         let pod_seed = pod
             .bytes()
             .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        let mut args: Vec<String> = vec![
+            "worker".into(),
+            "--listen".into(),
+            format!("{ip}:{port}"),
+            "--redis".into(),
+            redis_url.clone(),
+            "--queue".into(),
+            ns.to_owned(),
+            "--consumer".into(),
+            pod.to_owned(),
+            "--dependency".into(),
+            dep.clone(),
+            "--workload".into(),
+            workload.clone(),
+            "--processing".into(),
+            processing.clone(),
+            "--visibility-timeout".into(),
+            vis.clone(),
+            "--max-deliveries".into(),
+            max_deliveries.clone(),
+            "--config".into(),
+            cfg_path.display().to_string(),
+            "--seed".into(),
+            pod_seed.to_string(),
+        ];
+        if let Some((kubeconfig, identity)) = &auth {
+            args.extend([
+                "--kubeconfig".into(),
+                kubeconfig.display().to_string(),
+                "--allowed-identity".into(),
+                identity.clone(),
+            ]);
+        }
         Some(Launch {
             program: exe.clone(),
-            args: vec![
-                "worker".into(),
-                "--listen".into(),
-                format!("{ip}:{port}"),
-                "--redis".into(),
-                redis_url.clone(),
-                "--queue".into(),
-                ns.to_owned(),
-                "--consumer".into(),
-                pod.to_owned(),
-                "--dependency".into(),
-                dep.clone(),
-                "--workload".into(),
-                workload.clone(),
-                "--processing".into(),
-                processing.clone(),
-                "--visibility-timeout".into(),
-                vis.clone(),
-                "--max-deliveries".into(),
-                max_deliveries.clone(),
-                "--config".into(),
-                cfg_path.display().to_string(),
-                "--seed".into(),
-                pod_seed.to_string(),
-            ],
+            args,
             log: logs.join(format!("{ns}-{pod}.log")),
             ready_port: port,
         })

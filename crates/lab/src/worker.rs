@@ -1,19 +1,23 @@
-//! The lab's worker process: consumes the Redis queue, calls the dependency for every message,
-//! and throttles itself with the backpressure controller of `backpressure-worker`. Metrics (the
-//! wire contract's names) are served on `<pod ip>:9464/metrics`.
+//! The lab's worker process, built on `backpressure-worker`: the worker loop polls the Redis
+//! queue ([`RedisSource`]) with the permits the backpressure [`Gate`] allows, calls the
+//! dependency for every message ([`DependencyHandler`]), acks or nacks; the admin server serves
+//! `/metrics` (the wire contract's names), `/healthz` and `PUT /v1/config`, authenticated with a
+//! TokenReview against the lab's API server so that only the operator can push configuration.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use backpressure_api::wire::{WorkerConfig, metrics as m};
-use backpressure_worker::controller::{self, Controller, Nanos, Outcome};
-use tokio::time::Instant;
+use backpressure_api::wire::WorkerConfig;
+use backpressure_worker::config::ConfigState;
+use backpressure_worker::config::admin::Admin;
+use backpressure_worker::controller::{self, Outcome};
+use backpressure_worker::metrics::Metrics;
+use backpressure_worker::permits::Gate;
+use backpressure_worker::worker_loop::{Handler, Source, WorkerLoop};
 
-use crate::queue::{Delivery, Queue};
-use crate::serve::{Exposition, response, serve};
+use crate::queue::{Delivery, Queue, QueueError};
 
 /// Command-line arguments of `backpressure-lab worker`.
 #[derive(Debug, Clone, clap::Args)]
@@ -51,79 +55,93 @@ pub struct WorkerArgs {
     /// Seed of the probe jitter.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Kubeconfig for the TokenReview that authenticates config pushes.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Identity allowed to push configuration (the operator's ServiceAccount username).
+    #[arg(long = "allowed-identity")]
+    pub allowed_identities: Vec<String>,
 }
 
 fn parse_dur(s: &str) -> Result<Duration, String> {
     backpressure_api::duration::parse_duration(s).map_err(|e| e.to_string())
 }
 
-struct Shared {
-    controller: Mutex<Box<dyn Controller>>,
-    config: Mutex<WorkerConfig>,
-    epoch: Instant,
-    in_flight: AtomicU32,
-    outcomes: [AtomicU64; 3],
-    workload: String,
+/// The Redis queue as a [`Source`] for one consumer (the pod).
+#[derive(Debug)]
+pub struct RedisSource {
+    queue: Queue,
+    consumer: String,
+    empty_wait: Duration,
 }
 
-impl Shared {
-    fn now(&self) -> Nanos {
-        Nanos::from_duration(self.epoch.elapsed())
+impl RedisSource {
+    /// A source reading `queue` as `consumer`; an empty poll waits `empty_wait` before
+    /// returning (a bounded wait, like a long poll).
+    pub fn new(queue: Queue, consumer: &str, empty_wait: Duration) -> Self {
+        Self {
+            queue,
+            consumer: consumer.to_owned(),
+            empty_wait,
+        }
+    }
+}
+
+impl Source for RedisSource {
+    type Message = Delivery;
+    type Error = QueueError;
+
+    async fn poll(&self, max: u32) -> Result<Vec<Delivery>, QueueError> {
+        let got = self.queue.fetch(&self.consumer, max as usize).await?;
+        if got.is_empty() {
+            tokio::time::sleep(self.empty_wait).await;
+        }
+        Ok(got)
     }
 
-    fn metrics(&self) -> String {
-        let now = self.now();
-        let (backoff, limit) = match self.controller.lock() {
-            Ok(c) => (c.backoff(now), c.limit(now)),
-            Err(_) => (1.0, 0),
-        };
-        let w = self.workload.as_str();
-        let mut e = Exposition::default();
-        e.sample(
-            m::BACKOFF,
-            "gauge",
-            "Backoff factor in [0,1].",
-            &[(m::LABEL_WORKLOAD, w)],
-            backoff,
-        );
-        e.sample(
-            m::PERMITS,
-            "gauge",
-            "Permits now.",
-            &[(m::LABEL_WORKLOAD, w)],
-            f64::from(limit),
-        );
-        e.sample(
-            m::IN_FLIGHT,
-            "gauge",
-            "Messages being processed.",
-            &[(m::LABEL_WORKLOAD, w)],
-            f64::from(self.in_flight.load(Ordering::Relaxed)),
-        );
-        for o in Outcome::ALL {
-            e.sample(
-                m::OUTCOMES_TOTAL,
-                "counter",
-                "Message outcomes by class.",
-                &[(m::LABEL_WORKLOAD, w), (m::LABEL_CLASS, o.class())],
-                self.outcomes[o.index()].load(Ordering::Relaxed) as f64,
-            );
-        }
-        if let Ok(cfg) = self.config.lock() {
-            let algorithm = format!("{:?}", cfg.algorithm);
-            e.sample(
-                m::CONFIG_INFO,
-                "gauge",
-                "The running configuration.",
-                &[
-                    (m::LABEL_WORKLOAD, w),
-                    (m::LABEL_HASH, &cfg.hash),
-                    (m::LABEL_ALGORITHM, &algorithm),
-                ],
-                1.0,
-            );
-        }
-        e.finish()
+    async fn ack(&self, message: Delivery) -> Result<(), QueueError> {
+        self.queue.ack(&message.id).await.map(|_| ())
+    }
+
+    async fn nack(&self, message: Delivery) -> Result<(), QueueError> {
+        self.queue.nack(&message.id).await
+    }
+}
+
+/// Processes a message: local work, then one call to the dependency.
+#[derive(Debug)]
+pub struct DependencyHandler {
+    http: reqwest::Client,
+    url: String,
+    processing: Duration,
+}
+
+impl DependencyHandler {
+    /// Calls `POST <base>/work` after `processing` of local work.
+    pub fn new(base: &str, processing: Duration) -> Result<Self, reqwest::Error> {
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(2))
+                .pool_max_idle_per_host(64)
+                .build()?,
+            url: format!("{base}/work"),
+            processing,
+        })
+    }
+}
+
+impl Handler<Delivery> for DependencyHandler {
+    async fn handle(&self, message: &Delivery) -> Outcome {
+        tokio::time::sleep(self.processing).await;
+        let status = self
+            .http
+            .post(&self.url)
+            .body(message.body.clone())
+            .send()
+            .await
+            .ok()
+            .map(|r| r.status().as_u16());
+        classify(status)
     }
 }
 
@@ -136,30 +154,39 @@ pub fn classify(status: Option<u16>) -> Outcome {
     }
 }
 
+async fn kube_client(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await?;
+    Ok(kube::Client::try_from(cfg)?)
+}
+
 /// Runs the worker until SIGTERM/SIGINT, then finishes the messages in flight.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
-    let text = std::fs::read(&args.config)?;
-    let config = WorkerConfig::parse(&text)?;
-    let shared = Arc::new(Shared {
-        controller: Mutex::new(controller::from_config(&config, args.seed)),
-        config: Mutex::new(config),
-        epoch: Instant::now(),
-        in_flight: AtomicU32::new(0),
-        outcomes: Default::default(),
-        workload: args.workload.clone(),
-    });
-    let s = shared.clone();
-    let (_addr, server) = serve(args.listen, move |req| {
-        let s = s.clone();
-        async move {
-            if req.uri().path() == "/metrics" {
-                response(200, "text/plain; version=0.0.4", s.metrics())
-            } else {
-                response(404, "text/plain", "not found")
-            }
-        }
-    })
-    .await?;
+    let initial = WorkerConfig::parse(&std::fs::read(&args.config)?)?;
+    let metrics = Metrics::new(&args.workload);
+    let gate = Gate::builder(controller::from_config(&initial, args.seed))
+        .metrics(metrics.clone())
+        .seed(args.seed)
+        .build();
+    let state = ConfigState::new(gate.clone(), initial, Some(metrics.clone()));
+    let mut admin = Admin::new(state, Some(metrics));
+    if let Some(path) = &args.kubeconfig
+        && !args.allowed_identities.is_empty()
+    {
+        let client = kube_client(path).await?;
+        admin = admin.with_verifier(
+            Arc::new(backpressure_worker::config::token::TokenReviewVerifier::new(client)),
+            args.allowed_identities.clone(),
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let admin_task = tokio::spawn(Arc::new(admin).serve(listener, stopped(stop_rx.clone())));
+
     let queue = Queue::connect(
         &args.redis,
         &args.queue,
@@ -167,102 +194,25 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         args.max_deliveries,
     )
     .await?;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .pool_max_idle_per_host(64)
-        .build()?;
-    let work_url = format!("{}/work", args.dependency);
+    let source = Arc::new(RedisSource::new(
+        queue,
+        &args.consumer,
+        Duration::from_millis(100),
+    ));
+    let handler = Arc::new(DependencyHandler::new(&args.dependency, args.processing)?);
+    let worker = WorkerLoop::new(source, handler, gate).max_batch(16);
+    let run = tokio::spawn(worker.run(stopped(stop_rx)));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    loop {
-        let now = shared.now();
-        let in_flight = shared.in_flight.load(Ordering::Relaxed);
-        let (permits, next) = match shared.controller.lock() {
-            Ok(mut c) => (c.permits(now, in_flight), c.next_change(now)),
-            Err(_) => (0, None),
-        };
-        let wait = if permits == 0 {
-            let until = next
-                .map(|t| t.saturating_sub(now).as_duration())
-                .unwrap_or(Duration::from_millis(50));
-            Some(until.clamp(Duration::from_millis(5), Duration::from_millis(50)))
-        } else {
-            match queue.fetch(&args.consumer, permits as usize).await {
-                Ok(batch) => {
-                    let unused = permits.saturating_sub(batch.len() as u32);
-                    if unused > 0
-                        && let Ok(mut c) = shared.controller.lock()
-                    {
-                        c.release_unused(shared.now(), unused);
-                    }
-                    let empty = batch.is_empty();
-                    for d in batch {
-                        shared.in_flight.fetch_add(1, Ordering::Relaxed);
-                        tokio::spawn(process(
-                            shared.clone(),
-                            queue.clone(),
-                            http.clone(),
-                            work_url.clone(),
-                            args.processing,
-                            d,
-                        ));
-                    }
-                    empty.then_some(Duration::from_millis(100))
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "fetch failed");
-                    if let Ok(mut c) = shared.controller.lock() {
-                        c.release_unused(shared.now(), permits);
-                    }
-                    Some(Duration::from_millis(200))
-                }
-            }
-        };
-        let pause = wait.unwrap_or(Duration::from_millis(1));
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = term.recv() => break,
-            _ = tokio::signal::ctrl_c() => break,
-        }
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
-    // Graceful stop: let the messages in flight finish (bounded).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while shared.in_flight.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    server.abort();
+    let _ = stop_tx.send(true);
+    let stats = run.await?;
+    tracing::info!(?stats, "worker stopped");
+    let _ = admin_task.await;
     Ok(())
-}
-
-async fn process(
-    shared: Arc<Shared>,
-    queue: Queue,
-    http: reqwest::Client,
-    url: String,
-    processing: Duration,
-    d: Delivery,
-) {
-    tokio::time::sleep(processing).await;
-    let status = http
-        .post(&url)
-        .body(d.body.clone())
-        .send()
-        .await
-        .ok()
-        .map(|r| r.status().as_u16());
-    let outcome = classify(status);
-    shared.outcomes[outcome.index()].fetch_add(1, Ordering::Relaxed);
-    if let Ok(mut c) = shared.controller.lock() {
-        c.record(shared.now(), outcome);
-    }
-    let r = match outcome {
-        Outcome::Success => queue.ack(&d.id).await.map(|_| ()),
-        _ => queue.nack(&d.id).await,
-    };
-    if let Err(e) = r {
-        tracing::warn!(error = %e, id = %d.id, "ack/nack failed; the message will be redelivered");
-    }
-    shared.in_flight.fetch_sub(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]
