@@ -329,6 +329,7 @@ mod tests {
 
     #[tokio::test]
     async fn serves_http_with_the_schedule() {
+        crate::install_crypto_provider();
         let spec: DependencySpec = serde_yaml::from_str(
             "latency: 1ms\ncapacity:\n- {at: 0s, value: 100}\n- {at: 1h, value: 0}\n",
         )

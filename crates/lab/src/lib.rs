@@ -1,4 +1,12 @@
 //! backpressure-lab: the whole system on one machine with real parts.
+//!
+//! etcd + kube-apiserver + kube-controller-manager ([`cluster`]), a kubelet stand-in that turns
+//! the Deployment's pods into real worker processes on 127.0.0.N ([`kubelet`], [`worker`]), a
+//! Redis-streams queue ([`queue`]), a fault-injectable dependency ([`dependency`]), a producer
+//! ([`producer`]), Prometheus ([`prom`]), the operator of this repository as a separate process
+//! ([`operator`]) and, for comparison, a queue-age scaler ([`hpa`]). [`run`] runs a scenario
+//! ([`scenario`]) through both, [`record`] holds what happened and the end-to-end checks, and
+//! [`plot`] draws it.
 
 pub mod cluster;
 pub mod dependency;
@@ -14,3 +22,8 @@ pub mod run;
 pub mod scenario;
 pub mod serve;
 pub mod worker;
+
+/// Installs the process-wide TLS crypto provider used by the kube and HTTP clients (idempotent).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -48,8 +48,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    // One process-wide TLS provider for the kube and HTTP clients.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    backpressure_lab::install_crypto_provider();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off"));
     tracing_subscriber::fmt()
