@@ -1,0 +1,96 @@
+//! Autoscalers behind one interface: none (static replicas), an HPA/KEDA-like scaler on queue
+//! age with the HPA's default behavior, and ours.
+//!
+//! An autoscaler sees what the operator or KEDA would see: metrics from the last Prometheus
+//! scrape (gauges at scrape time, rates over a window), and the target's replica counts. It
+//! returns the replicas it wants; the engine applies them to the fleet.
+//!
+//! "Ours" is the operator's real `decide` ([`ours`]).
+
+mod hpa;
+pub mod ours;
+
+pub use hpa::{Hpa, HpaBehavior};
+pub use ours::{EPOCH_UNIX_SECONDS, Ours, spec_for, to_timestamp};
+
+use backpressure_api::v1alpha1::{Action, Regime};
+
+/// What an autoscaler can observe at a decision.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observation {
+    /// Simulated seconds since the start of the run.
+    pub now: f64,
+    /// The target's `spec.replicas`.
+    pub replicas: u32,
+    /// Ready pods.
+    pub ready_pods: u32,
+    /// Mean backoff factor of the ready pods at the last scrape.
+    pub backoff: Option<f64>,
+    /// Dependency failures per attempt over the rate window.
+    pub failure_rate: Option<f64>,
+    /// Age in seconds of the oldest first-attempt message at the last scrape.
+    pub queue_age: Option<f64>,
+    /// Messages waiting at the last scrape.
+    pub queue_depth: Option<f64>,
+    /// Arrivals per second over the rate window.
+    pub arrival_rate: Option<f64>,
+    /// Completions per second over the rate window.
+    pub completion_rate: Option<f64>,
+    /// When the scrape was taken (seconds).
+    pub sampled_at: f64,
+}
+
+/// What an autoscaler decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// Replicas wanted.
+    pub desired: u32,
+    /// The regime, for autoscalers that classify one.
+    pub regime: Option<Regime>,
+    /// The action, for autoscalers that report one.
+    pub action: Option<Action>,
+    /// What a backlog-only autoscaler would pick, if reported.
+    pub recommended: Option<u32>,
+    /// Why, in words.
+    pub reason: String,
+    /// When to decide again, in seconds (the operator's requeue); `None` for the fixed sync
+    /// period.
+    pub requeue_after: Option<f64>,
+}
+
+impl Decision {
+    /// Keep the current replicas.
+    pub fn keep(replicas: u32) -> Self {
+        Decision {
+            desired: replicas,
+            regime: None,
+            action: None,
+            recommended: None,
+            reason: String::new(),
+            requeue_after: None,
+        }
+    }
+}
+
+/// An autoscaler. Deterministic: no clock, no randomness of its own.
+pub trait Autoscaler: std::fmt::Debug + Send {
+    /// A short name for the report.
+    fn name(&self) -> &'static str;
+
+    /// Decides the replicas from an observation.
+    fn decide(&mut self, obs: &Observation) -> Decision;
+}
+
+/// No autoscaling: replicas stay where they are.
+#[derive(Clone, Debug, Default)]
+pub struct Static;
+
+impl Autoscaler for Static {
+    fn name(&self) -> &'static str {
+        "static"
+    }
+
+    fn decide(&mut self, obs: &Observation) -> Decision {
+        Decision::keep(obs.replicas)
+    }
+}

@@ -1,0 +1,181 @@
+//! "Ours": the operator's real decision code.
+//!
+//! Each decision calls `backpressure_operator::decide::decide` exactly as the operator's
+//! reconcile loop does: the effective configuration comes from
+//! `backpressure_operator::resolve::resolve` of a `WorkerBackpressureSpec` built from the
+//! scenario (no policies), the observation carries the simulated time as a `jiff::Timestamp`
+//! (a fixed epoch plus the simulated seconds), and the status returned by one decision is the
+//! `previous` status of the next. The next decision is due after the returned `requeueAfter`
+//! (the operator adds jitter; the simulator does not).
+
+use std::time::Duration;
+
+use backpressure_api::duration::Duration as ApiDuration;
+use backpressure_api::v1alpha1::{
+    ProbeSpec, ScalingSpec, TargetRef, WorkerBackpressureSpec, WorkerBackpressureStatus, WorkerSpec,
+};
+use backpressure_operator::decide::{self, FleetMetrics};
+use backpressure_operator::resolve::{self, Effective, ResolveError};
+use k8s_openapi::jiff::Timestamp;
+
+use super::{Autoscaler, Decision, Observation};
+use crate::scenario::Scenario;
+
+/// The simulation's epoch in the operator's time: 2026-01-01T00:00:00Z.
+pub const EPOCH_UNIX_SECONDS: i64 = 1_767_225_600;
+
+/// Simulated seconds as the operator's `now`.
+pub fn to_timestamp(secs: f64) -> Timestamp {
+    let ms = EPOCH_UNIX_SECONDS * 1000 + (secs * 1000.0).round() as i64;
+    Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// The `WorkerBackpressure` spec a platform team would write for the scenario's workload:
+/// the scenario's worker settings and replica bounds, everything else at the defaults.
+pub fn spec_for(s: &Scenario) -> WorkerBackpressureSpec {
+    let w = &s.workers;
+    let dur = |secs: f64| Some(ApiDuration::from_std(Duration::from_secs_f64(secs)));
+    WorkerBackpressureSpec {
+        target_ref: TargetRef {
+            api_version: "apps/v1".to_owned(),
+            kind: "Deployment".to_owned(),
+            name: "sim-worker".to_owned(),
+        },
+        mode: None,
+        suspend: None,
+        guard: None,
+        worker: Some(WorkerSpec {
+            algorithm: None,
+            set_point: Some(w.set_point),
+            reaction: Some(w.reaction()),
+            max_permits: Some(w.max_permits),
+            probe: Some(ProbeSpec {
+                initial_interval: dur(w.probe_initial.secs()),
+                max_interval: dur(w.probe_max.secs()),
+            }),
+        }),
+        metrics: None,
+        scaling: Some(ScalingSpec {
+            min_replicas: i32::try_from(s.fleet.min_replicas).ok(),
+            max_replicas: i32::try_from(s.fleet.max_replicas).ok(),
+            target_queue_age: dur(s.fleet.target_queue_age.secs()),
+            ..ScalingSpec::default()
+        }),
+    }
+}
+
+/// Our autoscaler: the operator's `decide`, fed back its own status.
+#[derive(Debug)]
+pub struct Ours {
+    effective: Effective,
+    status: Option<WorkerBackpressureStatus>,
+}
+
+impl Ours {
+    /// Resolves the scenario's spec (as the operator would, with no policies).
+    pub fn new(scenario: &Scenario) -> Result<Self, ResolveError> {
+        let effective = resolve::resolve(&spec_for(scenario), &[], to_timestamp(0.0))?;
+        Ok(Ours {
+            effective,
+            status: None,
+        })
+    }
+
+    /// The status after the last decision.
+    pub fn status(&self) -> Option<&WorkerBackpressureStatus> {
+        self.status.as_ref()
+    }
+}
+
+fn to_u32(n: i32) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(0)
+}
+
+impl Autoscaler for Ours {
+    fn name(&self) -> &'static str {
+        "ours (operator decide)"
+    }
+
+    fn decide(&mut self, obs: &Observation) -> Decision {
+        let observation = decide::Observation {
+            now: to_timestamp(obs.now),
+            generation: Some(1),
+            current_replicas: i32::try_from(obs.replicas).unwrap_or(i32::MAX),
+            ready_pods: i32::try_from(obs.ready_pods).unwrap_or(i32::MAX),
+            fleet: FleetMetrics {
+                backoff: obs.backoff,
+                failure_rate: obs.failure_rate,
+                queue_age: obs.queue_age,
+                queue_depth: obs.queue_depth,
+                arrival_rate: obs.arrival_rate,
+                completion_rate: obs.completion_rate,
+            },
+            metrics_error: None,
+            config: None,
+        };
+        let d = decide::decide(&self.effective, self.status.as_ref(), &observation);
+        let out = Decision {
+            desired: d.scale_to().map_or(obs.replicas, to_u32),
+            regime: Some(d.regime),
+            action: Some(d.action),
+            recommended: Some(to_u32(d.recommended_replicas)),
+            reason: d.reason,
+            requeue_after: Some(d.requeue_after.as_secs_f64()),
+        };
+        self.status = Some(d.status);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use backpressure_api::v1alpha1::Regime;
+
+    const YAML: &str = "name: t\ntitle: T\nseed: 1\nduration: 1h\nproducer: {rate: 100}\nfleet: {replicas: 8, minReplicas: 8, maxReplicas: 40}\ndependency: {capacity: 200}\n";
+
+    fn obs(now: f64, replicas: u32, backoff: f64, age: f64, depth: f64) -> Observation {
+        Observation {
+            now,
+            replicas,
+            ready_pods: replicas,
+            backoff: Some(backoff),
+            failure_rate: Some(0.0),
+            queue_age: Some(age),
+            queue_depth: Some(depth),
+            arrival_rate: Some(100.0),
+            completion_rate: Some(10.0 * f64::from(replicas)),
+            sampled_at: now,
+        }
+    }
+
+    #[test]
+    fn time_conversion_is_exact_to_the_millisecond() {
+        assert_eq!(to_timestamp(0.0).as_second(), EPOCH_UNIX_SECONDS);
+        assert_eq!(
+            to_timestamp(3600.25).as_millisecond(),
+            EPOCH_UNIX_SECONDS * 1000 + 3_600_250
+        );
+    }
+
+    #[test]
+    fn backlog_scales_out_and_failing_dependency_holds() {
+        let s = Scenario::from_yaml(YAML, "t").unwrap();
+        let mut o = Ours::new(&s).unwrap();
+        let d = o.decide(&obs(15.0, 8, 0.0, 300.0, 30_000.0));
+        assert_eq!(d.regime, Some(Regime::Backlogged), "{}", d.reason);
+        assert!(d.desired > 8, "{d:?}");
+        let mut o = Ours::new(&s).unwrap();
+        let mut t = 15.0;
+        let mut last = None;
+        for _ in 0..6 {
+            let d = o.decide(&obs(t, 8, 0.9, 300.0, 30_000.0));
+            assert!(d.desired <= 8, "t={t}: {d:?}");
+            last = Some(d);
+            t += 15.0;
+        }
+        assert_eq!(last.unwrap().regime, Some(Regime::DependencyFailing));
+        assert!(o.status().is_some());
+    }
+}

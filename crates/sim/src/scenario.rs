@@ -1,0 +1,934 @@
+//! Scenario files: what is simulated, with its seed and the targets the report checks.
+//!
+//! A scenario is a YAML document (see `crates/sim/scenarios/`). Durations are Go-style strings
+//! (`30s`, `1h30m`, `250ms`), rates are per second. Unknown fields are refused so that a typo
+//! cannot silently fall back to a default.
+
+use std::path::Path;
+use std::time::Duration;
+
+use backpressure_api::duration::parse_duration;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::rng::SimRng;
+
+/// A length of time in seconds, written as a Go-style duration string in scenario files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd)]
+pub struct Dur(pub f64);
+
+impl Dur {
+    /// Seconds.
+    pub fn secs(self) -> f64 {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let parsed = parse_duration(&text).map_err(serde::de::Error::custom)?;
+        Ok(Dur(parsed.as_secs_f64()))
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let d = Duration::from_secs_f64(self.0.max(0.0));
+        s.serialize_str(&backpressure_api::duration::format_duration(d))
+    }
+}
+
+/// Why a scenario could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Not valid YAML, or not the shape of a scenario.
+    #[error("parsing {name}: {source}")]
+    Parse {
+        /// The file or source name.
+        name: String,
+        /// The cause.
+        source: serde_yaml::Error,
+    },
+    /// A value out of range.
+    #[error("scenario {name}: {field}: {reason}")]
+    Invalid {
+        /// The scenario name.
+        name: String,
+        /// The offending field.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A complete scenario.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name (file stem), used in file names of plots.
+    pub name: String,
+    /// Title in the report.
+    pub title: String,
+    /// What happens, in words.
+    #[serde(default)]
+    pub description: String,
+    /// Seed of every random stream of the run.
+    pub seed: u64,
+    /// Simulated length.
+    pub duration: Dur,
+    /// Simulation step. Arrivals, polls and completions are resolved on this grid.
+    #[serde(default = "default_tick")]
+    pub tick: Dur,
+    /// The producer.
+    pub producer: ProducerSpec,
+    /// The queue.
+    #[serde(default)]
+    pub queue: QueueSpec,
+    /// Each worker pod.
+    #[serde(default)]
+    pub workers: WorkersSpec,
+    /// The replica set.
+    pub fleet: FleetSpec,
+    /// The shared dependency.
+    pub dependency: DependencySpec,
+    /// The incident window: from the first failure to the moment the dependency recovers
+    /// (failures stop; capacity may still be returning). Window metrics and the drain time use
+    /// it.
+    #[serde(default)]
+    pub incident: Option<Window>,
+    /// The window over which goodput is measured; defaults to the incident window, or the
+    /// whole run without an incident.
+    #[serde(default)]
+    pub goodput_window: Option<Window>,
+    /// Autoscaler timing.
+    #[serde(default)]
+    pub autoscaler: AutoscalerSpec,
+    /// Targets for our policy that the report checks.
+    #[serde(default)]
+    pub targets: Vec<Target>,
+}
+
+fn default_tick() -> Dur {
+    Dur(0.1)
+}
+
+/// A time window.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Window {
+    /// Start, from the beginning of the run.
+    pub start: Dur,
+    /// End, from the beginning of the run.
+    pub end: Dur,
+}
+
+/// Arrival rate over time: a base rate, changed by steps and multiplied by surges. Arrivals are
+/// Poisson with that rate.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProducerSpec {
+    /// Messages per second at the start.
+    pub rate: f64,
+    /// At `at`, the base rate becomes `rate`.
+    #[serde(default)]
+    pub steps: Vec<RateStep>,
+    /// During each surge the rate is multiplied by `factor`.
+    #[serde(default)]
+    pub surges: Vec<Surge>,
+}
+
+/// A step change of the arrival rate.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateStep {
+    /// When.
+    pub at: Dur,
+    /// The new base rate (messages per second).
+    pub rate: f64,
+}
+
+/// A temporary multiplication of the arrival rate.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Surge {
+    /// Start.
+    pub start: Dur,
+    /// Length.
+    pub duration: Dur,
+    /// Multiplier of the base rate.
+    pub factor: f64,
+}
+
+/// The queue's redelivery behaviour.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueueSpec {
+    /// A failed message becomes visible again this long after its failure.
+    #[serde(default = "default_visibility")]
+    pub visibility_timeout: Dur,
+    /// After this many failed deliveries a message moves to the DLQ (SQS `maxReceiveCount`).
+    #[serde(default = "default_max_receives")]
+    pub max_receives: u8,
+}
+
+fn default_visibility() -> Dur {
+    Dur(30.0)
+}
+fn default_max_receives() -> u8 {
+    5
+}
+
+impl Default for QueueSpec {
+    fn default() -> Self {
+        QueueSpec {
+            visibility_timeout: default_visibility(),
+            max_receives: default_max_receives(),
+        }
+    }
+}
+
+/// A log-normal distribution given by its mean and log-space standard deviation.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogNormal {
+    /// Mean.
+    pub mean: Dur,
+    /// Standard deviation of the logarithm (0 = constant).
+    #[serde(default)]
+    pub sigma: f64,
+}
+
+/// One worker pod: its controller settings and its own processing time.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkersSpec {
+    /// Permits at zero backoff.
+    #[serde(default = "default_max_permits")]
+    pub max_permits: u32,
+    /// Set point of the backpressure controller.
+    #[serde(default = "default_set_point")]
+    pub set_point: f64,
+    /// Reaction size N (default max(20, maxPermits)).
+    #[serde(default)]
+    pub reaction: Option<u32>,
+    /// First probe interval.
+    #[serde(default = "default_probe_initial")]
+    pub probe_initial: Dur,
+    /// Largest probe interval.
+    #[serde(default = "default_probe_max")]
+    pub probe_max: Dur,
+    /// Local processing time before the dependency call.
+    #[serde(default = "default_processing")]
+    pub processing: LogNormal,
+}
+
+fn default_max_permits() -> u32 {
+    backpressure_api::defaults::MAX_PERMITS
+}
+fn default_set_point() -> f64 {
+    backpressure_api::defaults::SET_POINT
+}
+fn default_probe_initial() -> Dur {
+    Dur(backpressure_api::defaults::PROBE_INITIAL.as_secs_f64())
+}
+fn default_probe_max() -> Dur {
+    Dur(backpressure_api::defaults::PROBE_MAX.as_secs_f64())
+}
+fn default_processing() -> LogNormal {
+    LogNormal {
+        mean: Dur(0.2),
+        sigma: 0.5,
+    }
+}
+
+impl Default for WorkersSpec {
+    fn default() -> Self {
+        WorkersSpec {
+            max_permits: default_max_permits(),
+            set_point: default_set_point(),
+            reaction: None,
+            probe_initial: default_probe_initial(),
+            probe_max: default_probe_max(),
+            processing: default_processing(),
+        }
+    }
+}
+
+impl WorkersSpec {
+    /// The reaction size in force.
+    pub fn reaction(&self) -> u32 {
+        self.reaction
+            .unwrap_or_else(|| backpressure_api::defaults::reaction(self.max_permits))
+    }
+}
+
+/// The replica set and its bounds.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FleetSpec {
+    /// Replicas at the start (and always, for the static policy).
+    pub replicas: u32,
+    /// Autoscaler lower bound.
+    pub min_replicas: u32,
+    /// Autoscaler upper bound.
+    pub max_replicas: u32,
+    /// A new pod starts polling this long after it is created.
+    #[serde(default = "default_startup")]
+    pub startup_delay: Dur,
+    /// The queue age the autoscalers aim for.
+    #[serde(default = "default_target_age")]
+    pub target_queue_age: Dur,
+}
+
+fn default_startup() -> Dur {
+    Dur(30.0)
+}
+fn default_target_age() -> Dur {
+    Dur(backpressure_api::defaults::TARGET_QUEUE_AGE.as_secs_f64())
+}
+
+/// The dependency every message calls once.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DependencySpec {
+    /// Requests per second it can serve, shared by the whole fleet. Requests above it fail
+    /// (a token bucket with `burst` seconds of capacity).
+    pub capacity: f64,
+    /// Token bucket depth in seconds of capacity.
+    #[serde(default = "default_burst")]
+    pub burst: Dur,
+    /// Background failure probability of every call.
+    #[serde(default)]
+    pub noise: f64,
+    /// Latency of a successful call.
+    #[serde(default = "default_latency")]
+    pub latency: LogNormal,
+    /// Latency of a failed call.
+    #[serde(default = "default_failure_latency")]
+    pub failure_latency: LogNormal,
+    /// At `at`, the nominal capacity becomes `capacity`.
+    #[serde(default)]
+    pub capacity_steps: Vec<CapacityStep>,
+    /// Injected outages.
+    #[serde(default)]
+    pub outages: Vec<Outage>,
+}
+
+fn default_burst() -> Dur {
+    Dur(1.0)
+}
+fn default_latency() -> LogNormal {
+    LogNormal {
+        mean: Dur(0.8),
+        sigma: 0.5,
+    }
+}
+fn default_failure_latency() -> LogNormal {
+    LogNormal {
+        mean: Dur(0.2),
+        sigma: 0.3,
+    }
+}
+
+/// A step change of the dependency's nominal capacity.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapacityStep {
+    /// When.
+    pub at: Dur,
+    /// New capacity in requests per second.
+    pub capacity: f64,
+}
+
+/// An injected outage.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all_fields = "camelCase", deny_unknown_fields, tag = "kind")]
+pub enum Outage {
+    /// Every call fails; afterwards capacity returns linearly from 0 over `recovery`.
+    #[serde(rename = "hard")]
+    Hard {
+        /// Start.
+        start: Dur,
+        /// Length.
+        duration: Dur,
+        /// Capacity ramp after the outage.
+        #[serde(default)]
+        recovery: Dur,
+    },
+    /// A fraction `failure` of calls fails; afterwards capacity returns over `recovery`.
+    #[serde(rename = "partial")]
+    Partial {
+        /// Start.
+        start: Dur,
+        /// Length.
+        duration: Dur,
+        /// Failure probability during the outage.
+        failure: f64,
+        /// Capacity ramp after the outage.
+        #[serde(default)]
+        recovery: Dur,
+    },
+    /// Short error spikes of random length and depth, separated by exponential gaps, drawn
+    /// from the scenario seed.
+    #[serde(rename = "intermittent")]
+    Intermittent {
+        /// Start of the period with spikes.
+        start: Dur,
+        /// Length of the period with spikes.
+        duration: Dur,
+        /// Mean gap between spikes.
+        mean_gap: Dur,
+        /// Spike length range [min, max].
+        length: [Dur; 2],
+        /// Spike depth (failure probability) range [min, max].
+        depth: [f64; 2],
+    },
+}
+
+/// Autoscaler and metrics-pipeline timing.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AutoscalerSpec {
+    /// How often the autoscaler decides (HPA sync period, operator requeue).
+    #[serde(default = "default_sync")]
+    pub sync: Dur,
+    /// How often metrics are scraped; decisions see the last scrape.
+    #[serde(default = "default_sync")]
+    pub scrape: Dur,
+    /// Window of the rate() queries.
+    #[serde(default = "default_rate_window")]
+    pub rate_window: Dur,
+}
+
+fn default_sync() -> Dur {
+    Dur(15.0)
+}
+fn default_rate_window() -> Dur {
+    Dur(60.0)
+}
+
+impl Default for AutoscalerSpec {
+    fn default() -> Self {
+        AutoscalerSpec {
+            sync: default_sync(),
+            scrape: default_sync(),
+            rate_window: default_rate_window(),
+        }
+    }
+}
+
+/// A target for our policy, checked by the report.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Target {
+    /// The metric.
+    pub metric: TargetMetric,
+    /// Largest acceptable value.
+    #[serde(default)]
+    pub max: Option<f64>,
+    /// Smallest acceptable value.
+    #[serde(default)]
+    pub min: Option<f64>,
+    /// The target as the issue words it.
+    #[serde(default)]
+    pub text: String,
+}
+
+/// Metrics a target can name.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum TargetMetric {
+    /// Messages in the DLQ at the end.
+    Dlq,
+    /// DLQ messages per failed attempt.
+    DlqPerFailedAttempt,
+    /// Goodput as a fraction of what the dependency could serve.
+    Goodput,
+    /// Fleet failure rate over the incident window divided by the set point.
+    FailureRateOverSetPoint,
+    /// Max first-attempt queue age divided by that of the KEDA-like policy with greedy workers.
+    MaxAgeVsKeda,
+    /// Replicas added during the incident window.
+    ReplicasAddedDuringIncident,
+    /// Peak dependency load / capacity in the 10 minutes after recovery.
+    PeakLoadAfterRecovery,
+    /// Drain time divided by the theoretical minimum.
+    DrainRatio,
+    /// Seconds the autoscaler held scale-out.
+    HeldSeconds,
+    /// Fraction of ready pod-time with fewer permits than the maximum.
+    ThrottledFraction,
+    /// Fraction of the incident window the autoscaler held scale-out.
+    HeldFractionOfIncident,
+    /// Ramp stages started after recovery.
+    RampStages,
+}
+
+impl Scenario {
+    /// Parses and validates a scenario from YAML text; `name` is used in messages.
+    pub fn from_yaml(text: &str, name: &str) -> Result<Scenario, ScenarioError> {
+        let s: Scenario = serde_yaml::from_str(text).map_err(|source| ScenarioError::Parse {
+            name: name.to_owned(),
+            source,
+        })?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Reads, parses and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Scenario::from_yaml(&text, &path.display().to_string())
+    }
+
+    /// Loads every `*.yaml` file of a directory, sorted by file name.
+    pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, ScenarioError> {
+        let io = |source| ScenarioError::Io {
+            path: dir.display().to_string(),
+            source,
+        };
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .map_err(io)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        paths.sort();
+        paths.iter().map(|p| Scenario::load(p)).collect()
+    }
+
+    fn invalid(&self, field: &'static str, reason: impl Into<String>) -> ScenarioError {
+        ScenarioError::Invalid {
+            name: self.name.clone(),
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let pos = |x: f64| x.is_finite() && x > 0.0;
+        if !pos(self.duration.0) || self.duration.0 > 7.0 * 86400.0 {
+            return Err(self.invalid("duration", "must be in (0, 7 days]"));
+        }
+        if !(0.001..=1.0).contains(&self.tick.0) {
+            return Err(self.invalid("tick", "must be between 1ms and 1s"));
+        }
+        if (1.0 / self.tick.0).fract().abs() > 1e-9 && (1.0 / self.tick.0).fract() < 1.0 - 1e-9 {
+            return Err(self.invalid("tick", "must divide one second evenly"));
+        }
+        let rates =
+            std::iter::once(self.producer.rate).chain(self.producer.steps.iter().map(|s| s.rate));
+        for r in rates {
+            if !(r.is_finite() && r >= 0.0) {
+                return Err(self.invalid("producer.rate", "must be >= 0"));
+            }
+        }
+        for s in &self.producer.surges {
+            if !(s.factor.is_finite() && s.factor >= 0.0) {
+                return Err(self.invalid("producer.surges.factor", "must be >= 0"));
+            }
+        }
+        if self.queue.max_receives == 0 {
+            return Err(self.invalid("queue.maxReceives", "must be >= 1"));
+        }
+        if !pos(self.queue.visibility_timeout.0) {
+            return Err(self.invalid("queue.visibilityTimeout", "must be > 0"));
+        }
+        let w = &self.workers;
+        if w.max_permits == 0 || w.max_permits > 10_000 {
+            return Err(self.invalid("workers.maxPermits", "must be in 1..=10000"));
+        }
+        if !(w.set_point > 0.0 && w.set_point < 1.0) {
+            return Err(self.invalid("workers.setPoint", "must be in (0, 1)"));
+        }
+        let f = &self.fleet;
+        if f.min_replicas > f.max_replicas || f.max_replicas == 0 || f.max_replicas > 10_000 {
+            return Err(self.invalid(
+                "fleet",
+                "need 0 <= minReplicas <= maxReplicas <= 10000, maxReplicas >= 1",
+            ));
+        }
+        if f.replicas < f.min_replicas || f.replicas > f.max_replicas {
+            return Err(self.invalid(
+                "fleet.replicas",
+                "must be within [minReplicas, maxReplicas]",
+            ));
+        }
+        if !pos(f.target_queue_age.0) {
+            return Err(self.invalid("fleet.targetQueueAge", "must be > 0"));
+        }
+        let d = &self.dependency;
+        let caps = std::iter::once(d.capacity).chain(d.capacity_steps.iter().map(|s| s.capacity));
+        for c in caps {
+            if !(c.is_finite() && c >= 0.0) {
+                return Err(self.invalid("dependency.capacity", "must be >= 0"));
+            }
+        }
+        if !(0.0..1.0).contains(&d.noise) {
+            return Err(self.invalid("dependency.noise", "must be in [0, 1)"));
+        }
+        for o in &d.outages {
+            match o {
+                Outage::Partial { failure, .. } if !(0.0..=1.0).contains(failure) => {
+                    return Err(self.invalid("dependency.outages.failure", "must be in [0, 1]"));
+                }
+                Outage::Intermittent {
+                    mean_gap,
+                    length,
+                    depth,
+                    ..
+                } => {
+                    if !pos(mean_gap.0) || length[0].0 > length[1].0 || !pos(length[0].0) {
+                        return Err(self.invalid(
+                            "dependency.outages",
+                            "intermittent needs meanGap > 0 and 0 < length[0] <= length[1]",
+                        ));
+                    }
+                    if !(0.0..=1.0).contains(&depth[0])
+                        || !(0.0..=1.0).contains(&depth[1])
+                        || depth[0] > depth[1]
+                    {
+                        return Err(
+                            self.invalid("dependency.outages.depth", "need 0 <= min <= max <= 1")
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+        for w in self.incident.iter().chain(self.goodput_window.iter()) {
+            if w.start.0 > w.end.0 || w.end.0 > self.duration.0 {
+                return Err(self.invalid("incident", "need start <= end <= duration"));
+            }
+        }
+        if !pos(self.autoscaler.sync.0)
+            || !pos(self.autoscaler.scrape.0)
+            || !pos(self.autoscaler.rate_window.0)
+        {
+            return Err(self.invalid("autoscaler", "sync, scrape and rateWindow must be > 0"));
+        }
+        Ok(())
+    }
+
+    /// The same scenario with every point of its timeline (duration, steps, surges, outages,
+    /// windows) multiplied by `factor`; the system's own constants (latencies, timeouts,
+    /// autoscaler periods, startup delay) are kept. Used by `--quick`.
+    pub fn compressed(&self, factor: f64) -> Scenario {
+        let k = |d: Dur| Dur(d.0 * factor);
+        let mut s = self.clone();
+        s.duration = k(s.duration);
+        for st in &mut s.producer.steps {
+            st.at = k(st.at);
+        }
+        for su in &mut s.producer.surges {
+            su.start = k(su.start);
+            su.duration = k(su.duration);
+        }
+        for st in &mut s.dependency.capacity_steps {
+            st.at = k(st.at);
+        }
+        for o in &mut s.dependency.outages {
+            match o {
+                Outage::Hard {
+                    start, duration, ..
+                }
+                | Outage::Partial {
+                    start, duration, ..
+                } => {
+                    *start = k(*start);
+                    *duration = k(*duration);
+                }
+                Outage::Intermittent {
+                    start,
+                    duration,
+                    mean_gap,
+                    ..
+                } => {
+                    *start = k(*start);
+                    *duration = k(*duration);
+                    *mean_gap = k(*mean_gap);
+                }
+            }
+        }
+        for w in s.incident.iter_mut().chain(s.goodput_window.iter_mut()) {
+            w.start = k(w.start);
+            w.end = k(w.end);
+        }
+        s
+    }
+
+    /// The goodput window in force.
+    pub fn goodput_window(&self) -> Window {
+        self.goodput_window.or(self.incident).unwrap_or(Window {
+            start: Dur(0.0),
+            end: self.duration,
+        })
+    }
+}
+
+/// The scenario's timeline, expanded: rates, capacities and failure probabilities as functions
+/// of time, with the intermittent spikes drawn from the seed.
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    base_rate: f64,
+    steps: Vec<RateStep>,
+    surges: Vec<Surge>,
+    capacity: f64,
+    capacity_steps: Vec<CapacityStep>,
+    noise: f64,
+    /// (start, end, failure probability, recovery length) of every outage and spike.
+    episodes: Vec<Episode>,
+}
+
+/// One period of failures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Episode {
+    /// Start in seconds.
+    pub start: f64,
+    /// End in seconds.
+    pub end: f64,
+    /// Failure probability of a call during the episode.
+    pub failure: f64,
+    /// After `end`, capacity returns linearly from 0 over this many seconds.
+    pub recovery: f64,
+}
+
+impl Timeline {
+    /// Expands a scenario.
+    pub fn new(s: &Scenario) -> Timeline {
+        let mut steps = s.producer.steps.clone();
+        steps.sort_by(|a, b| a.at.0.total_cmp(&b.at.0));
+        let mut capacity_steps = s.dependency.capacity_steps.clone();
+        capacity_steps.sort_by(|a, b| a.at.0.total_cmp(&b.at.0));
+        let mut rng = SimRng::stream(s.seed, "spikes");
+        let mut episodes = Vec::new();
+        for o in &s.dependency.outages {
+            match *o {
+                Outage::Hard {
+                    start,
+                    duration,
+                    recovery,
+                } => episodes.push(Episode {
+                    start: start.0,
+                    end: start.0 + duration.0,
+                    failure: 1.0,
+                    recovery: recovery.0,
+                }),
+                Outage::Partial {
+                    start,
+                    duration,
+                    failure,
+                    recovery,
+                } => episodes.push(Episode {
+                    start: start.0,
+                    end: start.0 + duration.0,
+                    failure,
+                    recovery: recovery.0,
+                }),
+                Outage::Intermittent {
+                    start,
+                    duration,
+                    mean_gap,
+                    length,
+                    depth,
+                } => {
+                    let end = start.0 + duration.0;
+                    let mut t = start.0 + rng.exp(mean_gap.0);
+                    while t < end {
+                        let len = rng.range(length[0].0, length[1].0);
+                        let d = rng.range(depth[0], depth[1]);
+                        let e = (t + len).min(end);
+                        episodes.push(Episode {
+                            start: t,
+                            end: e,
+                            failure: d,
+                            recovery: 0.0,
+                        });
+                        t = e + rng.exp(mean_gap.0);
+                    }
+                }
+            }
+        }
+        episodes.sort_by(|a, b| a.start.total_cmp(&b.start));
+        Timeline {
+            base_rate: s.producer.rate,
+            steps,
+            surges: s.producer.surges.clone(),
+            capacity: s.dependency.capacity,
+            capacity_steps,
+            noise: s.dependency.noise,
+            episodes,
+        }
+    }
+
+    /// The failure episodes (outages and spikes), sorted by start.
+    pub fn episodes(&self) -> &[Episode] {
+        &self.episodes
+    }
+
+    /// Arrival rate (messages per second) at `t` seconds.
+    pub fn arrival_rate(&self, t: f64) -> f64 {
+        let mut r = self.base_rate;
+        for s in &self.steps {
+            if s.at.0 <= t {
+                r = s.rate;
+            } else {
+                break;
+            }
+        }
+        for s in &self.surges {
+            if t >= s.start.0 && t < s.start.0 + s.duration.0 {
+                r *= s.factor;
+            }
+        }
+        r
+    }
+
+    /// Nominal capacity (requests per second) at `t`, before outages.
+    pub fn nominal_capacity(&self, t: f64) -> f64 {
+        let mut c = self.capacity;
+        for s in &self.capacity_steps {
+            if s.at.0 <= t {
+                c = s.capacity;
+            } else {
+                break;
+            }
+        }
+        c
+    }
+
+    /// Capacity at `t`: nominal, times 0 during a hard outage and the linear return after
+    /// an outage with a recovery ramp.
+    pub fn capacity(&self, t: f64) -> f64 {
+        let mut m: f64 = 1.0;
+        for e in &self.episodes {
+            if e.start > t {
+                break;
+            }
+            if t < e.end {
+                if e.failure >= 1.0 {
+                    m = 0.0;
+                }
+            } else if e.recovery > 0.0 && t < e.end + e.recovery {
+                m = m.min((t - e.end) / e.recovery);
+            }
+        }
+        self.nominal_capacity(t) * m
+    }
+
+    /// Probability that a call at `t` fails for reasons other than overload (background noise
+    /// and outages).
+    pub fn failure_probability(&self, t: f64) -> f64 {
+        let mut ok = 1.0 - self.noise;
+        for e in &self.episodes {
+            if e.start > t {
+                break;
+            }
+            if t < e.end {
+                ok *= 1.0 - e.failure;
+            }
+        }
+        1.0 - ok
+    }
+
+    /// The background noise.
+    pub fn noise(&self) -> f64 {
+        self.noise
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    const MINIMAL: &str = r#"
+name: t
+title: T
+seed: 1
+duration: 2h
+producer:
+  rate: 10
+  steps: [{at: 1h, rate: 20}]
+  surges: [{start: 30m, duration: 10m, factor: 5}]
+fleet: {replicas: 2, minReplicas: 1, maxReplicas: 4}
+dependency:
+  capacity: 100
+  noise: 0.01
+  capacitySteps: [{at: 90m, capacity: 50}]
+  outages:
+    - {kind: hard, start: 10m, duration: 5m, recovery: 10m}
+    - {kind: intermittent, start: 1h, duration: 30m, meanGap: 2m, length: [10s, 1m], depth: [0.5, 1.0]}
+"#;
+
+    #[test]
+    fn parses_with_defaults_and_expands_the_timeline() {
+        let s = Scenario::from_yaml(MINIMAL, "t").unwrap();
+        assert_eq!(s.tick, Dur(0.1));
+        assert_eq!(s.queue.max_receives, 5);
+        assert_eq!(s.workers.reaction(), 20);
+        let tl = Timeline::new(&s);
+        assert_eq!(tl.arrival_rate(0.0), 10.0);
+        assert_eq!(tl.arrival_rate(1800.0 + 1.0), 50.0);
+        assert_eq!(tl.arrival_rate(3600.0), 20.0);
+        // Hard outage: capacity 0 and every call fails; then a linear return.
+        assert_eq!(tl.capacity(700.0), 0.0);
+        assert_eq!(tl.failure_probability(700.0), 1.0);
+        assert!((tl.capacity(900.0 + 300.0) - 50.0).abs() < 1e-9);
+        assert_eq!(tl.capacity(2000.0), 100.0);
+        assert!((tl.failure_probability(2000.0) - 0.01).abs() < 1e-12);
+        assert_eq!(tl.nominal_capacity(90.0 * 60.0 + 1.0), 50.0);
+        // Spikes lie inside their period, are disjoint and ordered.
+        let spikes: Vec<_> = tl.episodes().iter().filter(|e| e.start >= 3600.0).collect();
+        assert!(!spikes.is_empty());
+        for w in spikes.windows(2) {
+            assert!(w[0].end <= w[1].start);
+        }
+        assert!(spikes.iter().all(|e| e.end <= 5400.0 && e.failure >= 0.5));
+    }
+
+    #[test]
+    fn spikes_depend_on_the_seed_only() {
+        let a = Scenario::from_yaml(MINIMAL, "t").unwrap();
+        let mut b = a.clone();
+        b.seed = 2;
+        let ea = Timeline::new(&a).episodes().to_vec();
+        assert_eq!(ea, Timeline::new(&a).episodes().to_vec());
+        assert_ne!(ea, Timeline::new(&b).episodes().to_vec());
+    }
+
+    #[test]
+    fn refuses_unknown_fields_and_bad_values() {
+        let typo = MINIMAL.replace("noise:", "noyse:");
+        assert!(matches!(
+            Scenario::from_yaml(&typo, "t"),
+            Err(ScenarioError::Parse { .. })
+        ));
+        let bad = MINIMAL.replace("replicas: 2,", "replicas: 9,");
+        let err = Scenario::from_yaml(&bad, "t").unwrap_err();
+        assert!(err.to_string().contains("fleet.replicas"), "{err}");
+        let bad = MINIMAL.replace("duration: 2h", "duration: 2x");
+        assert!(Scenario::from_yaml(&bad, "t").is_err());
+    }
+
+    #[test]
+    fn compression_scales_the_timeline_only() {
+        let s = Scenario::from_yaml(MINIMAL, "t").unwrap();
+        let q = s.compressed(0.5);
+        assert_eq!(q.duration, Dur(3600.0));
+        assert_eq!(q.producer.steps[0].at, Dur(1800.0));
+        assert_eq!(q.fleet.startup_delay, s.fleet.startup_delay);
+        assert_eq!(q.queue, s.queue);
+    }
+}
