@@ -1,4 +1,160 @@
-//! operator
+//! backpressure-operator: reconciles `WorkerBackpressure` objects.
+//!
+//! Where things are:
+//! - [`decide`]: the pure decision (no client, no clock, no randomness), shared with the
+//!   simulator;
+//! - [`resolve`]: the pure precedence of spec, policies and defaults;
+//! - [`observe`], [`act`], [`reconcile`]: the I/O around them, as named steps;
+//! - [`controller`], [`leader`], [`admin`], [`metrics`], [`telemetry`], [`cli`]: the runtime.
 
-pub mod resolve;
+pub mod act;
+pub mod admin;
+pub mod annotations;
+pub mod cli;
+pub mod controller;
 pub mod decide;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod plugin;
+pub mod reconcile;
+pub mod resolve;
+pub mod telemetry;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+/// Field manager of every server-side apply the operator makes (status, ConfigMaps).
+pub const FIELD_MANAGER: &str = "backpressure-operator";
+
+/// Runs the operator with `args` until SIGTERM or Ctrl-C (or lost leadership, an error).
+pub async fn run(args: cli::RunArgs) -> anyhow::Result<()> {
+    telemetry::init(args.log_format, &args.log_level);
+    // One TLS provider for every client in the process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = kube::Client::try_default()
+        .await
+        .context("building the Kubernetes client")?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let health = Arc::new(admin::Health::default());
+    let (bound, server) = admin::serve(args.metrics_bind_address, metrics.clone(), health.clone())
+        .await
+        .with_context(|| format!("binding {}", args.metrics_bind_address))?;
+    tokio::spawn(server);
+    tracing::info!(metrics = %bound, "serving /metrics, /healthz, /readyz");
+
+    let identity = identity(
+        &client,
+        args.namespace.as_deref(),
+        args.service_account.as_deref(),
+    )
+    .await;
+    let instance = args
+        .pod_name
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("backpressure-operator-{}", std::process::id()));
+
+    let leader = if args.leader_elect {
+        let namespace = args
+            .namespace
+            .clone()
+            .or_else(|| identity.as_ref().map(|i| i.namespace.clone()))
+            .context("--namespace is required for leader election when it cannot be inferred")?;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let cfg = leader::LeaseConfig {
+            namespace,
+            name: args.lease_name.clone(),
+            identity: instance.clone(),
+            duration: args.lease_duration,
+        };
+        tokio::spawn(leader::run(client.clone(), cfg, tx));
+        Some(rx)
+    } else {
+        None
+    };
+
+    let settings = controller::Settings {
+        default_prometheus: args.prometheus_url.clone(),
+        requeue_interval: args.requeue_interval,
+    };
+    let options = controller::RunOptions {
+        settings,
+        identity,
+        reporter_instance: instance,
+        metrics,
+        health,
+        concurrency: args.concurrency,
+        leader,
+    };
+    controller::run(client, options, shutdown_signal())
+        .await
+        .map_err(anyhow::Error::from)
+}
+
+/// The operator's own ServiceAccount: `--namespace` + `--service-account`, or learned from a
+/// SelfSubjectReview.
+async fn identity(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    sa: Option<&str>,
+) -> Option<act::push::Identity> {
+    if let (Some(ns), Some(name)) = (namespace, sa)
+        && !ns.is_empty()
+        && !name.is_empty()
+    {
+        return Some(act::push::Identity {
+            namespace: ns.into(),
+            name: name.into(),
+        });
+    }
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
+    let review = SelfSubjectReview::default();
+    match api.create(&kube::api::PostParams::default(), &review).await {
+        Ok(r) => {
+            let user = r
+                .status
+                .and_then(|s| s.user_info)
+                .and_then(|u| u.username)
+                .unwrap_or_default();
+            let parsed = user
+                .strip_prefix("system:serviceaccount:")
+                .and_then(|rest| rest.split_once(':'));
+            match parsed {
+                Some((ns, name)) => Some(act::push::Identity {
+                    namespace: ns.into(),
+                    name: name.into(),
+                }),
+                None => {
+                    tracing::warn!(%user, "not running as a ServiceAccount: config pushes carry no token");
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "SelfSubjectReview failed: config pushes carry no token");
+            None
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+    tracing::info!("shutting down");
+}

@@ -319,6 +319,44 @@ pub fn invalid_spec(
     (status, events)
 }
 
+/// Status and events for an object whose target cannot be read (missing, no `/scale`, another
+/// scope, an unreadable selector): `Ready=False` with `reason` and `message`; the previous
+/// regime, replicas and ramp are kept, nothing is decided and nothing is written to any target.
+/// Not `Stalled`: the target may appear at any time. An event is returned only when the
+/// message changed.
+pub fn target_unavailable(
+    previous: Option<&WorkerBackpressureStatus>,
+    generation: Option<i64>,
+    reason: &'static str,
+    message: &str,
+    now: Timestamp,
+) -> (WorkerBackpressureStatus, Vec<DecisionEvent>) {
+    let now = truncate(now);
+    let mut status = previous.cloned().unwrap_or_default();
+    let prev_conditions = status.conditions.take().unwrap_or_default();
+    let mut b = conditions::Builder::new(&prev_conditions, now, generation);
+    b.set(cond::READY, CondStatus::False, reason, message.to_owned());
+    for t in cond::ALL.iter().skip(1) {
+        b.keep(t);
+    }
+    let changed = conditions::find(&prev_conditions, cond::READY)
+        .map(|c| (c.reason.as_str(), c.message.as_str()))
+        != Some((reason, message));
+    status.conditions = Some(b.build());
+    status.observed_generation = generation.or(status.observed_generation);
+    let events = if changed {
+        vec![DecisionEvent {
+            type_: EventType::Warning,
+            reason,
+            action: "Classify",
+            message: message.to_owned(),
+        }]
+    } else {
+        Vec::new()
+    };
+    (status, events)
+}
+
 /// What one branch of the decision produced, before the status is assembled.
 #[derive(Debug)]
 struct Outcome {

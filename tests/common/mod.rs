@@ -41,3 +41,7 @@ pub async fn install_crds(client: &kube::Client) {
     // Discovery of a new group can lag the Established condition by a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
+
+pub mod fleet;
+pub mod operator;
+pub mod pods;

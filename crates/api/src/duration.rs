@@ -120,7 +120,7 @@ pub fn format_duration(d: StdDuration) -> String {
     if total_ms == 0 {
         return "0s".to_owned();
     }
-    if total_ms % 1000 != 0 {
+    if !total_ms.is_multiple_of(1000) {
         return format!("{total_ms}ms");
     }
     let mut secs = d.as_secs();

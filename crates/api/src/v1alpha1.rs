@@ -30,6 +30,8 @@ pub const VERSION: &str = "v1alpha1";
 /// pods, reads fleet backoff and queue metrics from Prometheus, and scales the target through its
 /// `/scale` subresource: it scales out for a genuine backlog, holds while the fleet's backoff
 /// shows the dependency is failing, and ramps up in stages after recovery.
+// Repeated `printcolumn(type_ = ...)` keys are separate columns, not duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "backpressure.dev",
@@ -795,6 +797,7 @@ pub struct DecisionRecord {
 /// Fleet-wide defaults and guardrails for the WorkerBackpressure objects in the namespaces it
 /// selects. Precedence: the object's own value, then policies by descending priority (ties by
 /// name), then built-in defaults; limits always win.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "backpressure.dev",

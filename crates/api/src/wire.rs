@@ -16,7 +16,7 @@
 //!    [`metrics::LABEL_WORKLOAD`].
 //!
 //! The content hash ([`WorkerConfig::compute_hash`]) is the first 12 hex digits of the SHA-256
-//! of the canonical JSON of the payload with `hash` left empty. Workers report the hash they run
+//! of the canonical JSON of the payload with `hash` left empty and `generation` zero. Workers report the hash they run
 //! so the operator can count pods in sync.
 
 use serde::{Deserialize, Serialize};
@@ -238,10 +238,13 @@ impl WorkerConfig {
         Ok(())
     }
 
-    /// The content hash: SHA-256 over the canonical JSON with `hash` empty, first 12 hex digits.
+    /// The content hash: SHA-256 over the canonical JSON with `hash` empty and `generation`
+    /// zero (the hash names the content; the generation only orders deliveries), first 12 hex
+    /// digits.
     pub fn compute_hash(&self) -> String {
         let mut copy = self.clone();
         copy.hash.clear();
+        copy.generation = 0;
         // Serializing a struct of plain fields cannot fail; fall back to Debug just in case.
         let bytes = serde_json::to_vec(&copy).unwrap_or_else(|_| format!("{copy:?}").into_bytes());
         let digest = Sha256::digest(&bytes);

@@ -1,0 +1,55 @@
+//! Acting (I/O, idempotent): the target's `/scale`, the worker ConfigMap, config pushes, and
+//! events. Nothing is written when nothing changed.
+
+pub mod configmap;
+pub mod push;
+
+use kube::runtime::events::{Event, EventType, Recorder};
+
+/// One event to publish about a WorkerBackpressure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Warning (something needs attention) or Normal.
+    pub warning: bool,
+    /// CamelCase reason, e.g. `HoldScaleOut`.
+    pub reason: String,
+    /// What was done (`events.k8s.io/v1` action).
+    pub action: String,
+    /// The explanation, in words and numbers.
+    pub message: String,
+}
+
+impl From<&crate::decide::DecisionEvent> for Note {
+    fn from(e: &crate::decide::DecisionEvent) -> Self {
+        Note {
+            warning: e.type_ == crate::decide::EventType::Warning,
+            reason: e.reason.to_owned(),
+            action: e.action.to_owned(),
+            message: e.message.clone(),
+        }
+    }
+}
+
+/// Publishes `notes` on `reference`; failures are logged, never fatal.
+pub async fn publish(
+    recorder: &Recorder,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    notes: &[Note],
+) {
+    for n in notes {
+        let ev = Event {
+            type_: if n.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: n.reason.clone(),
+            note: Some(n.message.chars().take(1024).collect()),
+            action: n.action.clone(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&ev, reference).await {
+            tracing::warn!(error = %e, reason = %n.reason, "could not publish event");
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Pushing the worker configuration to each ready pod's admin port.
+//!
+//! The push is authenticated with a ServiceAccount token of the operator's own identity,
+//! audience `backpressure.dev`, minted through the TokenRequest API and reused until it nears
+//! expiry. A pod that refuses or times out is retried with exponential backoff and counted as
+//! out of sync; pushes run concurrently with a short timeout, so one slow pod never holds up the
+//! reconcile of other objects.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use backpressure_api::wire::{self, ConfigAck, WorkerConfig};
+use futures::StreamExt as _;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+
+use crate::metrics::Metrics;
+use crate::observe::target::PodInfo;
+
+/// Timeout of one push.
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pushes in flight at once, across all objects.
+const PUSH_CONCURRENCY: usize = 32;
+/// A confirmed pod is asked again after this long (it may have restarted).
+const RECONFIRM_AFTER: Duration = Duration::from_secs(300);
+
+/// Who the operator is, for minting its push token.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// Namespace of the operator's ServiceAccount.
+    pub namespace: String,
+    /// Name of the operator's ServiceAccount.
+    pub name: String,
+}
+
+/// Mints and caches the push token.
+#[derive(Debug)]
+pub struct TokenSource {
+    identity: Option<Identity>,
+    cached: tokio::sync::Mutex<Option<(String, Instant)>>,
+}
+
+impl TokenSource {
+    /// A source for `identity` (None: pushes carry no token and workers will refuse them).
+    pub fn new(identity: Option<Identity>) -> Self {
+        Self {
+            identity,
+            cached: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// A valid token, minting a new one when the cached one is older than 80% of its lifetime.
+    pub async fn token(&self, client: &kube::Client) -> Result<Option<String>, kube::Error> {
+        let Some(id) = &self.identity else {
+            return Ok(None);
+        };
+        let mut cached = self.cached.lock().await;
+        if let Some((token, renew_at)) = cached.as_ref()
+            && Instant::now() < *renew_at
+        {
+            return Ok(Some(token.clone()));
+        }
+        let lifetime: i64 = 3600;
+        let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &id.namespace);
+        let req = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![wire::TOKEN_AUDIENCE.to_owned()],
+                expiration_seconds: Some(lifetime),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let resp = api
+            .create_token_request(&id.name, &PostParams::default(), &req)
+            .await?;
+        let token = resp.status.map(|s| s.token).unwrap_or_default();
+        let renew_at = Instant::now() + Duration::from_secs((lifetime as u64) * 8 / 10);
+        *cached = Some((token.clone(), renew_at));
+        Ok(Some(token))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PodPushState {
+    confirmed_hash: Option<String>,
+    confirmed_at: Option<Instant>,
+    failures: u32,
+    next_attempt: Option<Instant>,
+    last_error: Option<String>,
+}
+
+/// What the pushes of one reconcile found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PushReport {
+    /// Ready pods confirmed running `hash`.
+    pub in_sync: i32,
+    /// Ready pods.
+    pub total: i32,
+    /// Pods that refused or timed out this time, with the reason.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Remembers, per pod UID, which hash each pod confirmed.
+#[derive(Debug)]
+pub struct Pusher {
+    http: reqwest::Client,
+    state: Mutex<HashMap<String, PodPushState>>,
+    semaphore: tokio::sync::Semaphore,
+}
+
+impl Pusher {
+    /// A pusher with its own HTTP client.
+    pub fn new() -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .timeout(PUSH_TIMEOUT)
+            .connect_timeout(PUSH_TIMEOUT)
+            .build()?;
+        Ok(Self {
+            http,
+            state: Mutex::new(HashMap::new()),
+            semaphore: tokio::sync::Semaphore::new(PUSH_CONCURRENCY),
+        })
+    }
+
+    fn snapshot(&self, uid: &str) -> Option<PodPushState> {
+        self.state.lock().ok().and_then(|s| s.get(uid).cloned())
+    }
+
+    fn update(&self, uid: &str, f: impl FnOnce(&mut PodPushState)) {
+        if let Ok(mut s) = self.state.lock() {
+            let entry = s.entry(uid.to_owned()).or_insert(PodPushState {
+                confirmed_hash: None,
+                confirmed_at: None,
+                failures: 0,
+                next_attempt: None,
+                last_error: None,
+            });
+            f(entry);
+        }
+    }
+
+    /// Forgets pods that are gone.
+    pub fn retain_pods(&self, alive: &dyn Fn(&str) -> bool) {
+        if let Ok(mut s) = self.state.lock() {
+            s.retain(|uid, _| alive(uid));
+        }
+    }
+
+    /// Pushes `config` to every ready pod that has not confirmed it, honouring per-pod
+    /// backoff, and reports how many ready pods run it.
+    pub async fn sync(
+        &self,
+        pods: &[PodInfo],
+        config: &WorkerConfig,
+        token: Option<&str>,
+        metrics: &Metrics,
+        dry_run: bool,
+    ) -> PushReport {
+        let now = Instant::now();
+        let ready: Vec<&PodInfo> = pods.iter().filter(|p| p.ready && p.ip.is_some()).collect();
+        let body = match serde_json::to_vec(config) {
+            Ok(b) => b,
+            Err(e) => {
+                return PushReport {
+                    in_sync: 0,
+                    total: ready.len() as i32,
+                    failed: vec![("*".into(), format!("cannot encode config: {e}"))],
+                };
+            }
+        };
+        let due: Vec<&PodInfo> = ready
+            .iter()
+            .copied()
+            .filter(|p| {
+                let s = self.snapshot(&p.uid);
+                let confirmed = s.as_ref().is_some_and(|s| {
+                    s.confirmed_hash.as_deref() == Some(config.hash.as_str())
+                        && s.confirmed_at
+                            .is_some_and(|t| now.duration_since(t) < RECONFIRM_AFTER)
+                });
+                let waiting = s
+                    .as_ref()
+                    .and_then(|s| s.next_attempt)
+                    .is_some_and(|t| now < t);
+                !confirmed && !waiting && !dry_run
+            })
+            .collect();
+        let token: Option<String> = token.map(str::to_owned);
+        let due: Vec<PodInfo> = due.into_iter().cloned().collect();
+        let results: Vec<(String, String, Result<ConfigAck, String>)> = futures::stream::iter(due)
+            .map(|pod: PodInfo| {
+                let body = body.clone();
+                let token = token.clone();
+                async move {
+                    let _permit = self.semaphore.acquire().await;
+                    let r = self.push_one(&pod, body, token.as_deref()).await;
+                    (pod.uid, pod.name, r)
+                }
+            })
+            .buffer_unordered(PUSH_CONCURRENCY)
+            .collect()
+            .await;
+        let mut failed = Vec::new();
+        for (uid, name, r) in results {
+            metrics.push(r.is_ok());
+            match r {
+                Ok(ack) => self.update(&uid, |s| {
+                    s.confirmed_hash = Some(ack.hash);
+                    s.confirmed_at = Some(Instant::now());
+                    s.failures = 0;
+                    s.next_attempt = None;
+                    s.last_error = None;
+                }),
+                Err(e) => {
+                    tracing::debug!(pod = %name, error = %e, "config push failed");
+                    failed.push((name, e.clone()));
+                    self.update(&uid, |s| {
+                        s.failures = s.failures.saturating_add(1);
+                        let backoff = Duration::from_secs(1u64 << s.failures.min(6))
+                            .min(Duration::from_secs(60));
+                        s.next_attempt = Some(Instant::now() + backoff);
+                        s.last_error = Some(e);
+                    });
+                }
+            }
+        }
+        let in_sync = ready
+            .iter()
+            .filter(|p| {
+                self.snapshot(&p.uid)
+                    .is_some_and(|s| s.confirmed_hash.as_deref() == Some(config.hash.as_str()))
+            })
+            .count() as i32;
+        PushReport {
+            in_sync,
+            total: ready.len() as i32,
+            failed,
+        }
+    }
+
+    async fn push_one(
+        &self,
+        pod: &PodInfo,
+        body: Vec<u8>,
+        token: Option<&str>,
+    ) -> Result<ConfigAck, String> {
+        let ip = pod.ip.as_deref().ok_or("no pod IP")?;
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.to_owned()
+        };
+        let url = format!("http://{host}:{}{}", pod.admin_port, wire::CONFIG_PATH);
+        let mut req = self
+            .http
+            .put(&url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.map_err(|e| {
+            if e.is_timeout() {
+                format!("timed out after {PUSH_TIMEOUT:?}")
+            } else {
+                format!("connection failed: {e}")
+            }
+        })?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        if !status.is_success() {
+            let snippet: String = text.chars().take(200).collect();
+            return Err(format!("HTTP {}: {snippet}", status.as_u16()));
+        }
+        serde_json::from_str::<ConfigAck>(&text)
+            .map_err(|e| format!("unreadable acknowledgement: {e}"))
+    }
+}

@@ -1,0 +1,134 @@
+//! Command-line arguments, each with an environment variable default.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// backpressure-operator: backpressure-aware autoscaling for queue workers.
+#[derive(Debug, Parser)]
+#[command(
+    name = "backpressure-operator",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    /// What to do (default: run).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Operator settings for `run` (also accepted without the subcommand).
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator (the default).
+    Run(Box<RunArgs>),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crd,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Settings of the running operator.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Prometheus used by objects that set no `spec.metrics.prometheus.address`.
+    #[arg(long, env = "BP_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, env = "BP_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: SocketAddr,
+
+    /// Interval between reconciles of an object (jittered by up to 10%).
+    #[arg(long, env = "BP_REQUEUE_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub requeue_interval: Duration,
+
+    /// Reconciles running at once.
+    #[arg(long, env = "BP_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: u16,
+
+    /// Take part in leader election through a coordination.k8s.io Lease; only the leader acts.
+    #[arg(long, env = "BP_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+
+    /// Name of the leader Lease (in `--namespace`).
+    #[arg(long, env = "BP_LEASE_NAME", default_value = "backpressure-operator")]
+    pub lease_name: String,
+
+    /// Lease duration: a standby takes over this long after the leader stops renewing.
+    #[arg(long, env = "BP_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// The operator's own namespace (the Lease and its ServiceAccount live there).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// This replica's identity in the Lease and in events (default: the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// The operator's ServiceAccount (in `--namespace`), whose tokens with audience
+    /// backpressure.dev authenticate config pushes. Default: learned from a SelfSubjectReview.
+    #[arg(long, env = "SERVICE_ACCOUNT_NAME")]
+    pub service_account: Option<String>,
+
+    /// Log filter when `RUST_LOG` is unset (error, warn, info, debug, trace).
+    #[arg(long, env = "BP_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// Log format.
+    #[arg(long, env = "BP_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    backpressure_api::duration::parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_defaults_and_flags() {
+        let cli = Cli::try_parse_from(["backpressure-operator"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.requeue_interval, Duration::from_secs(15));
+        let cli = Cli::try_parse_from([
+            "backpressure-operator",
+            "run",
+            "--requeue-interval",
+            "2s",
+            "--prometheus-url",
+            "http://127.0.0.1:9090",
+        ])
+        .unwrap();
+        let Some(Command::Run(run)) = cli.command else {
+            panic!("run expected")
+        };
+        assert_eq!(run.requeue_interval, Duration::from_secs(2));
+        let cli = Cli::try_parse_from([
+            "backpressure-operator",
+            "--leader-elect=true",
+            "--lease-name=l",
+        ])
+        .unwrap();
+        assert!(cli.run.leader_elect);
+        assert_eq!(cli.run.lease_name, "l");
+        assert!(
+            Cli::try_parse_from(["backpressure-operator", "--requeue-interval", "soon"]).is_err()
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! Controller wiring: the watches, the shared context, leader election and the run loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backpressure_api::{BackpressurePolicy, WorkerBackpressure};
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::ResourceExt as _;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{Config as WatcherConfig, watcher};
+use tokio::sync::watch;
+
+use crate::act::configmap::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::act::push::{Identity, Pusher, TokenSource};
+use crate::admin::Health;
+use crate::metrics::{FleetGauges, Metrics};
+use crate::observe::prometheus::MetricsHub;
+use crate::observe::target::KindCache;
+use crate::reconcile::{self, ReconcileError};
+
+/// Settings the reconciler needs from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Prometheus for objects that name none.
+    pub default_prometheus: Option<String>,
+    /// Interval between reconciles of one object.
+    pub requeue_interval: Duration,
+}
+
+/// Everything a reconcile shares with the others.
+pub struct Context {
+    /// The API client.
+    pub client: kube::Client,
+    /// Operator metrics.
+    pub metrics: Arc<Metrics>,
+    /// Batched Prometheus reads.
+    pub hub: MetricsHub,
+    /// Discovery cache for target kinds.
+    pub kinds: KindCache,
+    /// Config pushes.
+    pub pusher: Pusher,
+    /// The push token.
+    pub tokens: TokenSource,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// All pods (shared reflector).
+    pub pods: Store<Pod>,
+    /// The operator's ConfigMaps.
+    pub configmaps: Store<ConfigMap>,
+    /// All BackpressurePolicy objects.
+    pub policies: Store<BackpressurePolicy>,
+    /// Namespace labels, for policy selectors.
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Command-line settings.
+    pub settings: Settings,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`run`] needs besides the client.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// Command-line settings.
+    pub settings: Settings,
+    /// The operator's ServiceAccount, for push tokens.
+    pub identity: Option<Identity>,
+    /// This replica's name in events.
+    pub reporter_instance: String,
+    /// Operator metrics.
+    pub metrics: Arc<Metrics>,
+    /// Readiness.
+    pub health: Arc<Health>,
+    /// Reconciles at once.
+    pub concurrency: u16,
+    /// Leadership, when leader election is on.
+    pub leader: Option<watch::Receiver<bool>>,
+}
+
+/// Runs the operator until `shutdown` resolves. With `leader` set, reconciles only while this
+/// replica holds the Lease and returns an error when leadership is lost after being gained.
+pub async fn run(
+    client: kube::Client,
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), RunError> {
+    let RunOptions {
+        settings,
+        identity,
+        reporter_instance,
+        metrics,
+        health,
+        concurrency,
+        mut leader,
+    } = options;
+    let wbps: Api<WorkerBackpressure> = Api::all(client.clone());
+    // Fail early and clearly when the CRDs are missing.
+    if let Err(e) = wbps.list(&kube::api::ListParams::default().limit(1)).await {
+        return Err(RunError::Crd(e));
+    }
+
+    // Wait for the Lease before watching anything.
+    if let Some(rx) = leader.as_mut() {
+        tracing::info!("waiting for leadership");
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return Err(RunError::LeaderLost);
+            }
+        }
+        metrics.set_leader(true);
+    }
+
+    let (pods, pod_writer) = reflector::store();
+    let pod_stream = reflector::reflector(
+        pod_writer,
+        watcher(
+            Api::<Pod>::all(client.clone()),
+            WatcherConfig::default().any_semantic(),
+        )
+        .default_backoff()
+        .modify(|p: &mut Pod| {
+            // Keep only what the operator reads: labels, annotations, IP, readiness, ports.
+            p.metadata.managed_fields = None;
+            if let Some(spec) = p.spec.as_mut() {
+                spec.volumes = None;
+                spec.init_containers = None;
+                for c in &mut spec.containers {
+                    c.env = None;
+                    c.volume_mounts = None;
+                    c.args = None;
+                    c.command = None;
+                }
+            }
+        }),
+    );
+    let (configmaps, cm_writer) = reflector::store();
+    let cm_stream = reflector::reflector(
+        cm_writer,
+        watcher(
+            Api::<ConfigMap>::all(client.clone()),
+            WatcherConfig::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+        )
+        .default_backoff(),
+    );
+    let (policies, policy_writer) = reflector::store();
+    let policy_stream = reflector::reflector(
+        policy_writer,
+        watcher(
+            Api::<BackpressurePolicy>::all(client.clone()),
+            WatcherConfig::default(),
+        )
+        .default_backoff(),
+    );
+    let (namespaces, ns_writer) = reflector::store();
+    let ns_stream = reflector::reflector(
+        ns_writer,
+        watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            WatcherConfig::default(),
+        )
+        .default_backoff(),
+    );
+
+    let ctx = Arc::new(Context {
+        hub: MetricsHub::new(metrics.clone()).map_err(RunError::Http)?,
+        pusher: Pusher::new().map_err(RunError::Http)?,
+        tokens: TokenSource::new(identity),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: crate::FIELD_MANAGER.into(),
+                instance: Some(reporter_instance),
+            },
+        ),
+        kinds: KindCache::default(),
+        client: client.clone(),
+        metrics: metrics.clone(),
+        pods: pods.clone(),
+        configmaps: configmaps.clone(),
+        policies: policies.clone(),
+        namespaces: namespaces.clone(),
+        settings,
+    });
+
+    let controller = Controller::new(wbps, WatcherConfig::default().any_semantic()).with_config(
+        ControllerConfig::default()
+            .concurrency(concurrency)
+            .debounce(Duration::from_millis(200)),
+    );
+    let store = controller.store();
+    // A change to a target (replicas edited by someone else) reconciles its
+    // WorkerBackpressure at once.
+    fn target_mapper<K: kube::Resource>(
+        kind: &'static str,
+        store: Store<WorkerBackpressure>,
+    ) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<WorkerBackpressure>> + Send + Sync + 'static
+    {
+        move |obj: PartialObjectMeta<K>| {
+            let ns = obj.metadata.namespace.clone();
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            store
+                .state()
+                .iter()
+                .filter(|w| {
+                    w.namespace() == ns
+                        && w.spec.target_ref.kind == kind
+                        && w.spec.target_ref.name == name
+                })
+                .map(|w| ObjectRef::from_obj(&**w))
+                .collect()
+        }
+    }
+    let policy_changes = policy_stream
+        .touched_objects()
+        .filter_map(|r| async move { r.ok().map(|_| ()) });
+
+    // Fleet gauges from the objects' statuses, every few seconds.
+    let gauge_store = store.clone();
+    let gauge_metrics = metrics.clone();
+    tokio::spawn(async move {
+        loop {
+            let objects = gauge_store.state();
+            gauge_metrics.set_fleet(&FleetGauges::from_objects(objects.iter().map(|o| &**o)));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
+
+    // Keep the side reflectors running.
+    let side = futures::stream::select_all(vec![
+        pod_stream.map(|_| ()).boxed(),
+        cm_stream.map(|_| ()).boxed(),
+        ns_stream.map(|_| ()).boxed(),
+    ]);
+    tokio::spawn(side.for_each(|()| async {}));
+
+    // Ready once the side caches have their first list.
+    let ready_health = health.clone();
+    let waits = (
+        pods.clone(),
+        configmaps.clone(),
+        policies.clone(),
+        namespaces.clone(),
+    );
+    tokio::spawn(async move {
+        let (p, c, po, n) = waits;
+        let _ = tokio::join!(
+            p.wait_until_ready(),
+            c.wait_until_ready(),
+            po.wait_until_ready(),
+            n.wait_until_ready()
+        );
+        ready_health.set_ready(true);
+    });
+
+    // Stop on SIGTERM/Ctrl-C, or when the Lease is lost (another replica may act now).
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lost_flag = lost.clone();
+    let stop = async move {
+        let leader_lost = async move {
+            match leader {
+                Some(mut rx) => {
+                    while *rx.borrow_and_update() {
+                        if rx.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown => {},
+            () = leader_lost => {
+                tracing::error!("lost the leader lease; stopping");
+                lost_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    };
+
+    controller
+        .owns(
+            Api::<ConfigMap>::all(client.clone()),
+            WatcherConfig::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+        )
+        .watches(
+            Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
+            WatcherConfig::default(),
+            target_mapper::<Deployment>("Deployment", store.clone()),
+        )
+        .watches(
+            Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
+            WatcherConfig::default(),
+            target_mapper::<StatefulSet>("StatefulSet", store.clone()),
+        )
+        .reconcile_all_on(policy_changes)
+        .graceful_shutdown_on(stop)
+        .run(reconcile::reconcile, error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    metrics.set_leader(false);
+    if lost.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(RunError::LeaderLost);
+    }
+    Ok(())
+}
+
+fn error_policy(wbp: Arc<WorkerBackpressure>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
+    tracing::warn!(name = %wbp.name_any(), namespace = ?wbp.namespace(), error = %err, "reconcile error");
+    Action::requeue(reconcile::jitter(ctx.settings.requeue_interval / 3, &wbp))
+}
+
+/// Why the operator stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The CRDs are not installed or not readable.
+    #[error(
+        "cannot list WorkerBackpressure objects (are the CRDs installed and the RBAC applied?): {0}"
+    )]
+    Crd(#[source] kube::Error),
+    /// The HTTP client could not be built.
+    #[error("building an HTTP client: {0}")]
+    Http(#[source] reqwest::Error),
+    /// Leadership was lost.
+    #[error("leadership lost")]
+    LeaderLost,
+}

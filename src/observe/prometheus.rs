@@ -1,0 +1,192 @@
+//! Batched Prometheus reads shared by every reconcile.
+//!
+//! [`MetricsHub::get`] returns the result of one query on one Prometheus, fetching it at most
+//! once per `max_age` however many objects ask: the first reconcile of an interval runs the
+//! query, the others wait for it and reuse the result. So the number of queries per interval
+//! is the number of distinct (Prometheus, query) pairs — the six metric kinds when every object
+//! uses the defaults — independent of the number of objects.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::metrics::Metrics;
+use crate::observe::promql::{BatchResult, MetricKind, fold_series};
+
+/// Credentials for a Prometheus, read from the object's `secretRef`.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub enum PromAuth {
+    /// No credentials.
+    #[default]
+    None,
+    /// `Authorization: Bearer <token>`.
+    Bearer(String),
+    /// HTTP basic authentication.
+    Basic {
+        /// User name.
+        username: String,
+        /// Password.
+        password: String,
+    },
+}
+
+impl std::fmt::Debug for PromAuth {
+    // Never print secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PromAuth::None => f.write_str("None"),
+            PromAuth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            PromAuth::Basic { username, .. } => write!(f, "Basic({username}, <redacted>)"),
+        }
+    }
+}
+
+/// Why a batched query failed (a NaN or empty result is not a failure: it is "unknown").
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum QueryError {
+    /// The address is not a URL.
+    #[error("invalid Prometheus address {address:?}: {reason}")]
+    Address {
+        /// The address.
+        address: String,
+        /// Why.
+        reason: String,
+    },
+    /// Connection, timeout, HTTP or PromQL error.
+    #[error("query {kind} on {address} failed: {reason}")]
+    Query {
+        /// The metric kind.
+        kind: &'static str,
+        /// The Prometheus.
+        address: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    address: String,
+    auth: PromAuth,
+    query: String,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    fetched: Option<(Instant, Result<Arc<BatchResult>, QueryError>)>,
+}
+
+/// The shared query cache.
+#[derive(Debug)]
+pub struct MetricsHub {
+    http: reqwest::Client,
+    slots: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Slot>>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl MetricsHub {
+    /// A hub whose HTTP client has `connect_timeout`.
+    pub fn new(metrics: Arc<Metrics>) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()?;
+        Ok(Self {
+            http,
+            slots: Mutex::new(HashMap::new()),
+            metrics,
+        })
+    }
+
+    /// The result of `query` on `address`, at most `max_age` old. `timeout` bounds the query.
+    pub async fn get(
+        &self,
+        kind: MetricKind,
+        address: &str,
+        auth: &PromAuth,
+        query: &str,
+        timeout: Duration,
+        max_age: Duration,
+    ) -> Result<Arc<BatchResult>, QueryError> {
+        let key = Key {
+            address: address.to_owned(),
+            auth: auth.clone(),
+            query: query.to_owned(),
+        };
+        let slot = {
+            let mut slots = match self.slots.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            slots.entry(key).or_default().clone()
+        };
+        let mut slot = slot.lock().await;
+        if let Some((at, result)) = &slot.fetched
+            && at.elapsed() < max_age
+        {
+            return result.clone();
+        }
+        let started = Instant::now();
+        let result = self
+            .fetch(kind, address, auth, query, timeout)
+            .await
+            .map(Arc::new);
+        self.metrics
+            .observe_query(kind, started.elapsed(), result.is_ok());
+        slot.fetched = Some((Instant::now(), result.clone()));
+        result
+    }
+
+    async fn fetch(
+        &self,
+        kind: MetricKind,
+        address: &str,
+        auth: &PromAuth,
+        query: &str,
+        timeout: Duration,
+    ) -> Result<BatchResult, QueryError> {
+        let err = |reason: String| QueryError::Query {
+            kind: kind.as_str(),
+            address: address.to_owned(),
+            reason,
+        };
+        let client =
+            prometheus_http_query::Client::from(self.http.clone(), address).map_err(|e| {
+                QueryError::Address {
+                    address: address.to_owned(),
+                    reason: e.to_string(),
+                }
+            })?;
+        let mut req = client.query(query).timeout(timeout.as_millis() as i64);
+        match auth {
+            PromAuth::None => {}
+            PromAuth::Bearer(token) => {
+                let v = http::HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| err("the bearer token is not a valid header value".into()))?;
+                req = req.header(http::header::AUTHORIZATION, v);
+            }
+            PromAuth::Basic { username, password } => {
+                use base64::Engine as _;
+                let enc = base64::engine::general_purpose::STANDARD
+                    .encode(format!("{username}:{password}"));
+                let v = http::HeaderValue::from_str(&format!("Basic {enc}")).map_err(|_| {
+                    err("the basic credentials are not a valid header value".into())
+                })?;
+                req = req.header(http::header::AUTHORIZATION, v);
+            }
+        }
+        let response = tokio::time::timeout(timeout, req.get())
+            .await
+            .map_err(|_| err(format!("timed out after {timeout:?}")))?
+            .map_err(|e| err(e.to_string()))?;
+        match response.data() {
+            prometheus_http_query::response::Data::Vector(v) => Ok(fold_series(
+                v.iter().map(|s| (s.metric(), s.sample().value())),
+            )),
+            prometheus_http_query::response::Data::Scalar(_)
+            | prometheus_http_query::response::Data::Matrix(_) => Err(err(
+                "the query must return an instant vector grouped by namespace and workload".into(),
+            )),
+        }
+    }
+}

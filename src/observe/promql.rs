@@ -1,0 +1,245 @@
+//! The fleet metric kinds, their default PromQL, and how a batched result is read.
+//!
+//! Every query returns one series per workload, labelled `namespace` and `workload`, for *all*
+//! workloads at once: the operator runs each distinct query once per interval per Prometheus and
+//! picks each object's series from the result. The default queries also return, in the same
+//! response, the timestamp of the newest underlying sample (`bp_sample="timestamp"`), so that a
+//! sample older than `staleAfter` is unknown rather than trusted.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use backpressure_api::duration::format_duration;
+use backpressure_api::v1alpha1::QueryOverrides;
+use backpressure_api::wire::metrics as m;
+
+/// Label added by the default queries to the series that carries the sample timestamp.
+pub const SAMPLE_LABEL: &str = "bp_sample";
+const SAMPLE_TIMESTAMP: &str = "timestamp";
+
+/// The fleet metrics the operator reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MetricKind {
+    /// Mean backoff factor of the fleet.
+    Backoff,
+    /// Dependency failures per attempt.
+    FailureRate,
+    /// Age of the oldest first-attempt message.
+    QueueAge,
+    /// Messages waiting.
+    QueueDepth,
+    /// Arrivals per second.
+    ArrivalRate,
+    /// Completions per second.
+    CompletionRate,
+}
+
+impl MetricKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [MetricKind; 6] = [
+        MetricKind::Backoff,
+        MetricKind::FailureRate,
+        MetricKind::QueueAge,
+        MetricKind::QueueDepth,
+        MetricKind::ArrivalRate,
+        MetricKind::CompletionRate,
+    ];
+
+    /// The field name in `spec.metrics.queries`, also the `query` label of the operator's own
+    /// metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Backoff => "backoff",
+            MetricKind::FailureRate => "failureRate",
+            MetricKind::QueueAge => "queueAge",
+            MetricKind::QueueDepth => "queueDepth",
+            MetricKind::ArrivalRate => "arrivalRate",
+            MetricKind::CompletionRate => "completionRate",
+        }
+    }
+
+    /// The query for this kind: the object's override if it has one, else the default.
+    pub fn query(self, overrides: Option<&QueryOverrides>, rate_window: Duration) -> String {
+        let custom = overrides.and_then(|o| match self {
+            MetricKind::Backoff => o.backoff.clone(),
+            MetricKind::FailureRate => o.failure_rate.clone(),
+            MetricKind::QueueAge => o.queue_age.clone(),
+            MetricKind::QueueDepth => o.queue_depth.clone(),
+            MetricKind::ArrivalRate => o.arrival_rate.clone(),
+            MetricKind::CompletionRate => o.completion_rate.clone(),
+        });
+        custom.unwrap_or_else(|| self.default_query(rate_window))
+    }
+
+    /// The default query, built from the wire contract's metric names.
+    pub fn default_query(self, rate_window: Duration) -> String {
+        let w = format_duration(rate_window);
+        let by = format!("by ({}, {})", m::LABEL_NAMESPACE, m::LABEL_WORKLOAD);
+        let (value, underlying) = match self {
+            MetricKind::Backoff => (format!("avg {by} ({})", m::BACKOFF), m::BACKOFF),
+            MetricKind::FailureRate => (
+                format!(
+                    "sum {by} (rate({o}{{{c}=\"{f}\"}}[{w}])) / sum {by} (rate({o}{{{c}=~\"{s}|{f}\"}}[{w}]))",
+                    o = m::OUTCOMES_TOTAL,
+                    c = m::LABEL_CLASS,
+                    f = m::CLASS_DEPENDENCY_FAILURE,
+                    s = m::CLASS_SUCCESS,
+                ),
+                m::OUTCOMES_TOTAL,
+            ),
+            MetricKind::QueueAge => (format!("max {by} ({})", m::QUEUE_AGE), m::QUEUE_AGE),
+            MetricKind::QueueDepth => (format!("sum {by} ({})", m::QUEUE_DEPTH), m::QUEUE_DEPTH),
+            MetricKind::ArrivalRate => (
+                format!("sum {by} (rate({}[{w}]))", m::QUEUE_ARRIVALS_TOTAL),
+                m::QUEUE_ARRIVALS_TOTAL,
+            ),
+            MetricKind::CompletionRate => (
+                format!("sum {by} (rate({}[{w}]))", m::QUEUE_COMPLETIONS_TOTAL),
+                m::QUEUE_COMPLETIONS_TOTAL,
+            ),
+        };
+        format!(
+            "({value}) or label_replace(max {by} (timestamp({underlying})), \"{SAMPLE_LABEL}\", \"{SAMPLE_TIMESTAMP}\", \"\", \"\")"
+        )
+    }
+}
+
+/// One workload's value from a batched query.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// The value (may be NaN; [`Sample::fresh_value`] filters).
+    pub value: f64,
+    /// Unix seconds of the newest underlying sample, when the query reports it.
+    pub sampled_at: Option<f64>,
+}
+
+impl Sample {
+    /// The value if it is a finite number and not older than `stale_after` at `now_unix`;
+    /// otherwise unknown.
+    pub fn fresh_value(&self, now_unix: f64, stale_after: Duration) -> Option<f64> {
+        if !self.value.is_finite() {
+            return None;
+        }
+        if let Some(t) = self.sampled_at
+            && now_unix - t > stale_after.as_secs_f64()
+        {
+            return None;
+        }
+        Some(self.value)
+    }
+}
+
+/// `(namespace, workload)` → sample.
+pub type BatchResult = HashMap<(String, String), Sample>;
+
+/// Folds the series of one query response into per-workload samples. Series without both
+/// labels are ignored; the timestamp series (see [`SAMPLE_LABEL`]) is attached to its value.
+pub fn fold_series<'a>(
+    series: impl IntoIterator<Item = (&'a HashMap<String, String>, f64)>,
+) -> BatchResult {
+    let mut out: BatchResult = HashMap::new();
+    let mut stamps: HashMap<(String, String), f64> = HashMap::new();
+    for (labels, value) in series {
+        let (Some(ns), Some(wl)) = (
+            labels.get(m::LABEL_NAMESPACE),
+            labels.get(m::LABEL_WORKLOAD),
+        ) else {
+            continue;
+        };
+        let key = (ns.clone(), wl.clone());
+        if labels
+            .get(SAMPLE_LABEL)
+            .is_some_and(|v| v == SAMPLE_TIMESTAMP)
+        {
+            stamps.insert(key, value);
+        } else {
+            out.insert(
+                key,
+                Sample {
+                    value,
+                    sampled_at: None,
+                },
+            );
+        }
+    }
+    for (key, t) in stamps {
+        if let Some(s) = out.get_mut(&key) {
+            s.sampled_at = Some(t);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn default_queries_use_the_wire_names_and_group_by_workload() {
+        for kind in MetricKind::ALL {
+            let q = kind.default_query(Duration::from_secs(60));
+            assert!(q.contains("by (namespace, workload)"), "{q}");
+            assert!(q.contains(SAMPLE_LABEL), "{q}");
+        }
+        let q = MetricKind::FailureRate.default_query(Duration::from_secs(30));
+        assert!(
+            q.contains("backpressure_outcomes_total{class=\"dependency_failure\"}[30s]"),
+            "{q}"
+        );
+    }
+
+    #[test]
+    fn overrides_win() {
+        let o = QueryOverrides {
+            queue_age: Some("my_age".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            MetricKind::QueueAge.query(Some(&o), Duration::from_secs(60)),
+            "my_age"
+        );
+        assert!(
+            MetricKind::Backoff
+                .query(Some(&o), Duration::from_secs(60))
+                .contains("backpressure_backoff_factor")
+        );
+    }
+
+    #[test]
+    fn fold_attaches_timestamps_and_skips_unlabelled_series() {
+        let a = labels(&[("namespace", "n"), ("workload", "w")]);
+        let a_ts = labels(&[
+            ("namespace", "n"),
+            ("workload", "w"),
+            (SAMPLE_LABEL, "timestamp"),
+        ]);
+        let no_wl = labels(&[("namespace", "n")]);
+        let r = fold_series([(&a, 0.3), (&a_ts, 1000.0), (&no_wl, 9.0)]);
+        assert_eq!(r.len(), 1);
+        let s = r[&("n".to_owned(), "w".to_owned())];
+        assert_eq!(s.value, 0.3);
+        assert_eq!(s.sampled_at, Some(1000.0));
+        assert_eq!(s.fresh_value(1030.0, Duration::from_secs(60)), Some(0.3));
+        assert_eq!(
+            s.fresh_value(1061.0, Duration::from_secs(60)),
+            None,
+            "stale"
+        );
+        let nan = Sample {
+            value: f64::NAN,
+            sampled_at: None,
+        };
+        assert_eq!(
+            nan.fresh_value(0.0, Duration::from_secs(60)),
+            None,
+            "NaN is unknown, never zero"
+        );
+    }
+}

@@ -1,0 +1,405 @@
+//! Rendering for the `kubectl wbp` plugin: pure functions from objects to text, so every
+//! subcommand's output is testable without a cluster.
+
+use std::fmt::Write as _;
+
+use backpressure_api::WorkerBackpressure;
+use backpressure_api::conditions as cond;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// A table that fits the terminal.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// One row of `kubectl wbp status`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusRow {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Regime, or `-` before the first reconcile.
+    pub regime: String,
+    /// Current replicas.
+    pub current: Option<i32>,
+    /// Desired replicas.
+    pub desired: Option<i32>,
+    /// Recommended replicas.
+    pub recommended: Option<i32>,
+    /// Fleet backoff.
+    pub backoff: Option<f64>,
+    /// Queue age in seconds.
+    pub queue_age: Option<f64>,
+    /// Seconds since the last condition transition (the regime's age).
+    pub since_seconds: Option<i64>,
+}
+
+fn row(w: &WorkerBackpressure, now: Timestamp) -> StatusRow {
+    let s = w.status.as_ref();
+    let r = s.and_then(|s| s.replicas.as_ref());
+    let f = s.and_then(|s| s.fleet.as_ref());
+    let since = s
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .filter(|c| c.type_ != cond::CONFIG_IN_SYNC && c.type_ != cond::READY)
+                .map(|c| c.last_transition_time.0)
+                .max()
+        })
+        .map(|t| now.as_second() - t.as_second());
+    StatusRow {
+        namespace: w.metadata.namespace.clone().unwrap_or_default(),
+        name: w.metadata.name.clone().unwrap_or_default(),
+        regime: s
+            .and_then(|s| s.regime)
+            .map_or("-".into(), |r| r.as_str().to_owned()),
+        current: r.map(|r| r.current),
+        desired: r.map(|r| r.desired),
+        recommended: r.map(|r| r.recommended),
+        backoff: f.and_then(|f| f.backoff),
+        queue_age: f.and_then(|f| f.queue_age),
+        since_seconds: since,
+    }
+}
+
+/// `12s`, `5m`, `3h`, `2d`.
+pub fn human_age(secs: i64) -> String {
+    match secs {
+        s if s < 0 => "0s".into(),
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or("-".into(), |v| v.to_string())
+}
+
+/// `kubectl wbp status`.
+pub fn status_table(
+    items: &[WorkerBackpressure],
+    output: Output,
+    now: Timestamp,
+    width: usize,
+) -> Result<String, serde_json::Error> {
+    let mut rows: Vec<StatusRow> = items.iter().map(|w| row(w, now)).collect();
+    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    if output == Output::Json {
+        return Ok(serde_json::to_string_pretty(&rows)? + "\n");
+    }
+    let header = [
+        "NAMESPACE",
+        "NAME",
+        "REGIME",
+        "REPLICAS",
+        "BACKOFF",
+        "QUEUE AGE",
+        "SINCE",
+    ];
+    let mut table: Vec<[String; 7]> = vec![header.map(String::from)];
+    for r in &rows {
+        table.push([
+            r.namespace.clone(),
+            r.name.clone(),
+            r.regime.clone(),
+            format!(
+                "{}/{}/{}",
+                opt(r.current),
+                opt(r.desired),
+                opt(r.recommended)
+            ),
+            r.backoff.map_or("-".into(), |b| format!("{b:.2}")),
+            r.queue_age
+                .map_or("-".into(), |a| human_age(a.round() as i64)),
+            r.since_seconds.map_or("-".into(), human_age),
+        ]);
+    }
+    Ok(render(&table, width))
+}
+
+/// Lays out columns, truncating the name columns when the table is wider than `width`.
+fn render<const N: usize>(table: &[[String; N]], width: usize) -> String {
+    let mut widths = [0usize; N];
+    for r in table {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let total = |w: &[usize; N]| w.iter().sum::<usize>() + 3 * (N - 1);
+    // Shrink the widest of the first two columns until the table fits (at least 8 chars).
+    while total(&widths) > width {
+        let i = if widths[0] >= widths[1] { 0 } else { 1 };
+        if widths[i] <= 8 {
+            break;
+        }
+        widths[i] -= 1;
+    }
+    let mut out = String::new();
+    for r in table {
+        let mut line = String::new();
+        for (i, c) in r.iter().enumerate() {
+            let cell: String = if c.chars().count() > widths[i] {
+                c.chars()
+                    .take(widths[i].saturating_sub(1))
+                    .chain(['…'])
+                    .collect()
+            } else {
+                c.clone()
+            };
+            if i + 1 == N {
+                line.push_str(&cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}   ", w = widths[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `kubectl wbp explain NAME`.
+pub fn explain(
+    w: &WorkerBackpressure,
+    events: &[Event],
+    output: Output,
+    now: Timestamp,
+) -> Result<String, serde_json::Error> {
+    let s = w.status.clone().unwrap_or_default();
+    let mut evs: Vec<&Event> = events.iter().collect();
+    evs.sort_by_key(|e| event_time(e));
+    if output == Output::Json {
+        let v = serde_json::json!({
+            "name": w.metadata.name,
+            "namespace": w.metadata.namespace,
+            "status": s,
+            "events": evs.iter().map(|e| serde_json::json!({
+                "time": event_time(e).map(|t| t.to_string()),
+                "type": e.type_,
+                "reason": e.reason,
+                "note": e.note,
+            })).collect::<Vec<_>>(),
+        });
+        return Ok(serde_json::to_string_pretty(&v)? + "\n");
+    }
+    let mut out = String::new();
+    let name = format!(
+        "{}/{}",
+        w.metadata.namespace.clone().unwrap_or_default(),
+        w.metadata.name.clone().unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "{name}: {}",
+        s.regime.map_or("not reconciled yet", |r| r.as_str())
+    );
+    if let Some(r) = &s.replicas {
+        let _ = writeln!(
+            out,
+            "  replicas   current {} desired {} recommended {}",
+            r.current, r.desired, r.recommended
+        );
+    }
+    if let Some(f) = &s.fleet {
+        let _ = writeln!(
+            out,
+            "  fleet      backoff {} failures {} queue age {} depth {} in {}/s out {}/s",
+            f.backoff.map_or("?".into(), |v| format!("{v:.2}")),
+            f.failure_rate
+                .map_or("?".into(), |v| format!("{:.1}%", v * 100.0)),
+            f.queue_age.map_or("?".into(), |v| format!("{v:.0}s")),
+            f.queue_depth.map_or("?".into(), |v| format!("{v:.0}")),
+            f.arrival_rate.map_or("?".into(), |v| format!("{v:.1}")),
+            f.completion_rate.map_or("?".into(), |v| format!("{v:.1}")),
+        );
+    }
+    if let Some(r) = &s.ramp {
+        let _ = writeln!(
+            out,
+            "  ramp       stage {}/{} from {} to {}",
+            r.stage, r.of, r.from, r.to
+        );
+    }
+    if let Some(d) = &s.last_decision {
+        let ago = human_age(now.as_second() - d.time.0.as_second());
+        let dry = if d.dry_run == Some(true) {
+            " (dry run: not applied)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "  decision   {ago} ago: {} {} -> {}{dry}",
+            d.action.as_str(),
+            d.from,
+            d.to
+        );
+        let _ = writeln!(out, "             {}", d.reason);
+    }
+    if let Some(p) = s.policies.as_ref().filter(|p| !p.is_empty()) {
+        let _ = writeln!(out, "  policies   {}", p.join(", "));
+    }
+    for (field, why) in s.overrides.iter().flatten() {
+        let _ = writeln!(out, "  override   {field}: {why}");
+    }
+    let _ = writeln!(out, "conditions:");
+    for c in s.conditions.iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  {:<18} {:<6} {:<22} {}",
+            c.type_, c.status, c.reason, c.message
+        );
+    }
+    let _ = writeln!(out, "events:");
+    if evs.is_empty() {
+        let _ = writeln!(out, "  (none)");
+    }
+    for e in evs.iter().rev().take(20).rev() {
+        let ago = event_time(e).map_or("?".into(), |t| human_age(now.as_second() - t.as_second()));
+        let _ = writeln!(
+            out,
+            "  {ago:>5} ago  {:<8} {:<18} {}",
+            e.type_.clone().unwrap_or_default(),
+            e.reason.clone().unwrap_or_default(),
+            e.note.clone().unwrap_or_default()
+        );
+    }
+    Ok(out)
+}
+
+fn event_time(e: &Event) -> Option<Timestamp> {
+    e.series
+        .as_ref()
+        .map(|s| s.last_observed_time.0)
+        .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        .or_else(|| e.deprecated_last_timestamp.as_ref().map(|t| t.0))
+}
+
+/// Events about the WorkerBackpressure `name` in `ns`.
+pub async fn events_for(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<Vec<Event>, kube::Error> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().fields(&format!(
+        "regarding.kind=WorkerBackpressure,regarding.name={name}"
+    ));
+    Ok(api.list(&lp).await?.items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use backpressure_api::v1alpha1::{
+        Action, DecisionRecord, FleetStatus, Regime, ReplicaStatus, TargetRef,
+        WorkerBackpressureSpec, WorkerBackpressureStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn wbp(ns: &str, name: &str, regime: Regime) -> WorkerBackpressure {
+        let mut w = WorkerBackpressure::new(
+            name,
+            WorkerBackpressureSpec {
+                target_ref: TargetRef {
+                    api_version: "apps/v1".into(),
+                    kind: "Deployment".into(),
+                    name: name.into(),
+                },
+                ..Default::default()
+            },
+        );
+        w.metadata.namespace = Some(ns.into());
+        let t: Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
+        w.status = Some(WorkerBackpressureStatus {
+            regime: Some(regime),
+            replicas: Some(ReplicaStatus {
+                current: 8,
+                desired: 8,
+                recommended: 14,
+            }),
+            fleet: Some(FleetStatus {
+                backoff: Some(0.31),
+                queue_age: Some(412.0),
+                ..Default::default()
+            }),
+            last_decision: Some(DecisionRecord {
+                time: Time(t),
+                action: Action::HoldScaleOut,
+                from: 8,
+                to: 8,
+                reason: "fleet backoff 0.31 > 0.20 for 45s".into(),
+                dry_run: None,
+            }),
+            conditions: Some(vec![Condition {
+                type_: cond::SCALE_OUT_HELD.into(),
+                status: "True".into(),
+                reason: "DependencyFailing".into(),
+                message: "held".into(),
+                observed_generation: None,
+                last_transition_time: Time(t),
+            }]),
+            ..Default::default()
+        });
+        w
+    }
+
+    #[test]
+    fn status_table_shows_the_fleet() {
+        let now: Timestamp = "2026-11-30T10:05:00Z".parse().unwrap();
+        let items = vec![
+            wbp("b", "w2", Regime::Healthy),
+            wbp("a", "export-worker", Regime::DependencyFailing),
+        ];
+        let t = status_table(&items, Output::Table, now, 120).unwrap();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("NAMESPACE"), "{t}");
+        assert!(
+            lines[1].starts_with("a") && lines[1].contains("DependencyFailing"),
+            "{t}"
+        );
+        assert!(
+            lines[1].contains("8/8/14")
+                && lines[1].contains("0.31")
+                && lines[1].contains("6m")
+                && lines[1].contains("5m"),
+            "{t}"
+        );
+        let narrow = status_table(&items, Output::Table, now, 60).unwrap();
+        assert!(narrow.lines().all(|l| l.chars().count() <= 70), "{narrow}");
+        let json: serde_json::Value =
+            serde_json::from_str(&status_table(&items, Output::Json, now, 80).unwrap()).unwrap();
+        assert_eq!(json[0]["regime"], "DependencyFailing");
+        assert_eq!(json[0]["recommended"], 14);
+    }
+
+    #[test]
+    fn explain_gives_the_reason_with_numbers() {
+        let now: Timestamp = "2026-11-30T10:01:00Z".parse().unwrap();
+        let t = explain(
+            &wbp("a", "export-worker", Regime::DependencyFailing),
+            &[],
+            Output::Table,
+            now,
+        )
+        .unwrap();
+        assert!(t.contains("HoldScaleOut 8 -> 8"), "{t}");
+        assert!(t.contains("fleet backoff 0.31 > 0.20 for 45s"), "{t}");
+        assert!(t.contains("ScaleOutHeld"), "{t}");
+        let j: serde_json::Value = serde_json::from_str(
+            &explain(&wbp("a", "x", Regime::Healthy), &[], Output::Json, now).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(j["status"]["lastDecision"]["action"], "HoldScaleOut");
+    }
+}

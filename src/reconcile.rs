@@ -1,0 +1,396 @@
+//! One reconcile of a WorkerBackpressure, as named steps:
+//!
+//! | step | client? | what |
+//! |---|---|---|
+//! | [`resolve_step`] | no (caches) | spec + matching policies + defaults + annotations → `Effective` |
+//! | [`observe_step`] | yes | target `/scale`, its pods (cache), batched fleet metrics |
+//! | [`config_step`] | yes | the worker ConfigMap and config pushes → pods in sync |
+//! | `decide` | no | [`crate::decide::decide`]: regime, replicas, ramp, conditions, events |
+//! | [`scale_step`] | yes | `/scale`, in Active mode only |
+//! | [`report_step`] | yes | server-side-applied status (only when it changed), events |
+//!
+//! A no-op reconcile writes nothing: every write is preceded by a comparison with what is
+//! already there.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backpressure_api::v1alpha1::{
+    ConfigStatus, Mode, WorkerBackpressure, WorkerBackpressureStatus,
+};
+use backpressure_api::wire::WorkerConfig;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource as _, ResourceExt as _};
+
+use crate::FIELD_MANAGER;
+use crate::act::{self, Note, configmap};
+use crate::annotations;
+use crate::controller::Context;
+use crate::decide::{self, Observation};
+use crate::observe::target::{self, PodInfo, TargetError, TargetState};
+use crate::observe::{self, FleetMetrics, MetricsError};
+use crate::resolve::{self, Effective, PolicyInput, ResolveError};
+
+/// Errors that make a reconcile retry sooner. Problems with the object itself (a bad spec, a
+/// missing target, metrics down) are not errors: they are reported in status and events.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The object has no namespace (impossible for a namespaced kind).
+    #[error("object has no namespace")]
+    NoNamespace,
+    /// Writing status failed.
+    #[error("writing status: {0}")]
+    Status(#[source] kube::Error),
+    /// Writing `/scale` failed.
+    #[error("writing /scale: {0}")]
+    Scale(#[source] kube::Error),
+    /// Writing the ConfigMap failed.
+    #[error("writing the worker ConfigMap: {0}")]
+    ConfigMap(#[source] kube::Error),
+    /// Rendering failed.
+    #[error("rendering: {0}")]
+    Render(#[source] serde_json::Error),
+}
+
+/// Requeue after `base` plus up to 10% derived from the object's UID (stable per object,
+/// spreads objects over the interval without a random source).
+pub fn jitter(base: Duration, wbp: &WorkerBackpressure) -> Duration {
+    let uid = wbp.metadata.uid.as_deref().unwrap_or_default();
+    let h = uid
+        .bytes()
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let spread = base.as_millis() as u64 / 10;
+    base + Duration::from_millis(if spread == 0 { 0 } else { h % spread })
+}
+
+/// The reconcile entry point.
+pub async fn reconcile(
+    wbp: Arc<WorkerBackpressure>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let timer = ctx.metrics.reconcile_timer();
+    let ns = wbp.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let now = Timestamp::now();
+    let action = match resolve_step(&wbp, &ctx, &ns, now) {
+        Err(err) => report_invalid(&wbp, &ctx, &ns, &err, now).await?,
+        Ok(effective) => reconcile_effective(&wbp, &ctx, &ns, &effective, now).await?,
+    };
+    timer.success();
+    Ok(action)
+}
+
+/// Step 1 (no client): merge the spec with the matching policies, the defaults and the manual
+/// overrides of `kubectl wbp` (annotations).
+pub fn resolve_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    now: Timestamp,
+) -> Result<Effective, ResolveError> {
+    let ns_labels = ctx
+        .namespaces
+        .state()
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(ns))
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default();
+    let policies = ctx.policies.state();
+    let inputs: Vec<PolicyInput<'_>> = policies
+        .iter()
+        .filter_map(|p| {
+            let name = p.metadata.name.as_deref()?;
+            let selected =
+                resolve::namespace_selector_matches(p.spec.namespace_selector.as_ref(), &ns_labels)
+                    .unwrap_or(false);
+            selected.then_some(PolicyInput {
+                name,
+                spec: &p.spec,
+            })
+        })
+        .collect();
+    let mut effective = resolve::resolve(&wbp.spec, &inputs, now)?;
+    if effective.metrics.address.is_none() {
+        effective.metrics.address = ctx.settings.default_prometheus.clone();
+    }
+    let manual = annotations::read(wbp.metadata.annotations.as_ref(), now);
+    if manual.dry_run && !effective.dry_run {
+        effective.dry_run = true;
+        effective.dry_run_by = Some(format!("annotation {}", annotations::DRY_RUN));
+    }
+    Ok(effective)
+}
+
+/// What observe found.
+#[derive(Debug)]
+pub struct Observed {
+    /// The target, or why it could not be read.
+    pub target: Result<TargetState, TargetError>,
+    /// Its pods (empty when the target is unreadable).
+    pub pods: Vec<PodInfo>,
+    /// Fleet metrics, or why they could not be read.
+    pub fleet: Result<FleetMetrics, MetricsError>,
+}
+
+/// Step 2 (client): the target, its pods and the fleet metrics.
+pub async fn observe_step(ctx: &Context, ns: &str, eff: &Effective, now: Timestamp) -> Observed {
+    let target = target::read_target(&ctx.client, &ctx.kinds, ns, &eff.target_ref).await;
+    let pods = match &target {
+        Ok(t) => target::pods_of(&ctx.pods, ns, &t.selector),
+        Err(_) => Vec::new(),
+    };
+    let fleet = async {
+        let address = eff
+            .metrics
+            .address
+            .as_deref()
+            .ok_or(MetricsError::NoAddress)?;
+        let auth = observe::prometheus_auth(&ctx.client, ns, &eff.metrics).await?;
+        let max_age = ctx.settings.requeue_interval.mul_f64(0.5);
+        let now_unix = now.as_millisecond() as f64 / 1000.0;
+        observe::read_fleet(
+            &ctx.hub,
+            address,
+            &auth,
+            ns,
+            &eff.metrics,
+            now_unix,
+            max_age,
+        )
+        .await
+    }
+    .await;
+    Observed {
+        target,
+        pods,
+        fleet,
+    }
+}
+
+async fn reconcile_effective(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    eff: &Effective,
+    now: Timestamp,
+) -> Result<Action, ReconcileError> {
+    let observed = observe_step(ctx, ns, eff, now).await;
+    let previous = wbp.status.as_ref();
+    let target = match observed.target {
+        Ok(t) => t,
+        Err(e) => return report_target_error(wbp, ctx, ns, &e, now).await,
+    };
+    let (config, mut notes) = config_step(wbp, ctx, ns, eff, &observed.pods, previous).await?;
+
+    let observation = Observation {
+        now,
+        generation: wbp.metadata.generation,
+        current_replicas: target.spec_replicas,
+        ready_pods: observed.pods.iter().filter(|p| p.ready).count() as i32,
+        fleet: observed.fleet.as_ref().cloned().unwrap_or_default(),
+        metrics_error: observed.fleet.as_ref().err().map(ToString::to_string),
+        config: Some(config),
+    };
+    let mut decision = decide::decide(eff, previous, &observation);
+    // A manual hold (`kubectl wbp hold`) withholds scale-out whatever the metrics say.
+    let manual = annotations::read(wbp.metadata.annotations.as_ref(), now);
+    if let Some(until) = manual.hold_until
+        && decision.desired_replicas > decision.current_replicas
+    {
+        decision.reason = format!(
+            "manual hold until {until} (annotation {}): scale-out to {} withheld",
+            annotations::HOLD_UNTIL,
+            decision.desired_replicas
+        );
+        decision.desired_replicas = decision.current_replicas;
+        if let Some(r) = decision.status.replicas.as_mut() {
+            r.desired = decision.current_replicas;
+        }
+    }
+    ctx.metrics.decision(decision.regime, decision.action);
+    scale_step(wbp, ctx, ns, eff, &target, &decision).await?;
+    notes.extend(decision.events.iter().map(Note::from));
+    report_step(wbp, ctx, ns, decision.status, previous, &notes).await?;
+    Ok(Action::requeue(jitter(
+        decision.requeue_after.min(ctx.settings.requeue_interval),
+        wbp,
+    )))
+}
+
+/// Step 3 (client): render the worker configuration into the owned ConfigMap and push it to
+/// the ready pods. The generation grows by one whenever the content changes.
+pub async fn config_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    eff: &Effective,
+    pods: &[PodInfo],
+    previous: Option<&WorkerBackpressureStatus>,
+) -> Result<(ConfigStatus, Vec<Note>), ReconcileError> {
+    let rendered = resolve::render_worker_config(eff, 0).with_hash();
+    let generation = match previous.and_then(|s| s.config.as_ref()) {
+        Some(c) if c.hash == rendered.hash => c.generation.unwrap_or(1),
+        Some(c) => c.generation.unwrap_or(0) + 1,
+        None => 1,
+    };
+    let config: WorkerConfig = WorkerConfig {
+        generation,
+        hash: String::new(),
+        ..rendered
+    }
+    .with_hash();
+    let quiet = eff.dry_run || eff.suspend;
+    if !quiet {
+        let desired = configmap::desired(wbp, &config).map_err(ReconcileError::Render)?;
+        let existing = ctx.configmaps.state().into_iter().find(|c| {
+            c.metadata.namespace.as_deref() == Some(ns) && c.metadata.name == desired.metadata.name
+        });
+        if !configmap::up_to_date(existing.as_deref(), &desired) {
+            configmap::apply(&ctx.client, &desired)
+                .await
+                .map_err(ReconcileError::ConfigMap)?;
+        }
+    }
+    let token = match ctx.tokens.token(&ctx.client).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot mint the config push token");
+            None
+        }
+    };
+    let report = ctx
+        .pusher
+        .sync(pods, &config, token.as_deref(), &ctx.metrics, quiet)
+        .await;
+    let alive: std::collections::HashSet<String> = ctx
+        .pods
+        .state()
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    ctx.pusher.retain_pods(&|uid| alive.contains(uid));
+    let mut notes = Vec::new();
+    if let Some((pod, why)) = report.failed.first() {
+        notes.push(Note {
+            warning: true,
+            reason: "ConfigPushFailed".into(),
+            action: "PushConfig".into(),
+            message: format!(
+                "config {} reached {} of {} ready pods; push to {pod} failed: {why} (retried with backoff)",
+                config.hash, report.in_sync, report.total
+            ),
+        });
+    }
+    Ok((
+        ConfigStatus {
+            hash: config.hash.clone(),
+            generation: Some(config.generation),
+            pods_in_sync: report.in_sync,
+            pods_total: report.total,
+        },
+        notes,
+    ))
+}
+
+/// Step 5 (client): write `/scale` when the decision changes the replicas, in Active mode.
+/// DryRun, Guard and Suspended never write to the target.
+pub async fn scale_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    eff: &Effective,
+    target: &TargetState,
+    decision: &decide::Decision,
+) -> Result<(), ReconcileError> {
+    if eff.mode != Mode::Active || eff.dry_run {
+        return Ok(());
+    }
+    let Some(to) = decision.scale_to() else {
+        return Ok(());
+    };
+    if to == target.spec_replicas {
+        return Ok(());
+    }
+    target::write_scale(&ctx.client, ns, &target.resource, &eff.target_ref.name, to)
+        .await
+        .map_err(ReconcileError::Scale)?;
+    tracing::info!(
+        namespace = ns, name = %wbp.name_any(), from = target.spec_replicas, to,
+        action = decision.action.as_str(), reason = %decision.reason, "scaled target"
+    );
+    Ok(())
+}
+
+/// Step 6 (client): write the status when it changed, then publish the events.
+pub async fn report_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    status: WorkerBackpressureStatus,
+    previous: Option<&WorkerBackpressureStatus>,
+    notes: &[Note],
+) -> Result<(), ReconcileError> {
+    if decide::status_changed(previous, &status) {
+        let api: Api<WorkerBackpressure> = Api::namespaced(ctx.client.clone(), ns);
+        let patch = serde_json::json!({
+            "apiVersion": "backpressure.dev/v1alpha1",
+            "kind": "WorkerBackpressure",
+            "status": status,
+        });
+        api.patch_status(
+            &wbp.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(ReconcileError::Status)?;
+    }
+    act::publish(&ctx.recorder, &wbp.object_ref(&()), notes).await;
+    Ok(())
+}
+
+/// The object's spec cannot be resolved: Ready=False and Stalled=True naming every invalid
+/// field, a Warning event when the message changes, nothing else.
+async fn report_invalid(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    err: &ResolveError,
+    now: Timestamp,
+) -> Result<Action, ReconcileError> {
+    let (status, events) =
+        decide::invalid_spec(wbp.status.as_ref(), wbp.metadata.generation, err, now);
+    let notes: Vec<Note> = events.iter().map(Note::from).collect();
+    report_step(wbp, ctx, ns, status, wbp.status.as_ref(), &notes).await?;
+    Ok(Action::requeue(jitter(ctx.settings.requeue_interval, wbp)))
+}
+
+/// The target cannot be read: Ready=False with the reason, a Warning event when it changes,
+/// nothing written to any target.
+async fn report_target_error(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    err: &TargetError,
+    now: Timestamp,
+) -> Result<Action, ReconcileError> {
+    let reason = match err {
+        TargetError::UnknownKind { .. } => "TargetKindUnknown",
+        TargetError::ClusterScoped(_) => "TargetNotNamespaced",
+        TargetError::NoScale(_) => "TargetHasNoScale",
+        TargetError::NotFound { .. } => "TargetNotFound",
+        TargetError::Selector(..) => "TargetSelectorInvalid",
+        TargetError::Api(..) => "TargetUnreadable",
+    };
+    let (status, events) = decide::target_unavailable(
+        wbp.status.as_ref(),
+        wbp.metadata.generation,
+        reason,
+        &err.to_string(),
+        now,
+    );
+    let notes: Vec<Note> = events.iter().map(Note::from).collect();
+    report_step(wbp, ctx, ns, status, wbp.status.as_ref(), &notes).await?;
+    Ok(Action::requeue(jitter(ctx.settings.requeue_interval, wbp)))
+}

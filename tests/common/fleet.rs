@@ -1,0 +1,188 @@
+//! A fake worker fleet's metrics, served on loopback for a real Prometheus to scrape: the
+//! workers' backoff and outcome counters and the queue exporter's gauges and counters, with the
+//! wire contract's names. Tests turn the knobs; counters grow at the configured rates.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use backpressure_api::wire::metrics as m;
+use backpressure_envtest::ScrapeTarget;
+
+/// What the fleet reports right now.
+#[derive(Debug, Clone)]
+pub struct FleetKnobs {
+    /// Backoff factor of every worker.
+    pub backoff: f64,
+    /// Dependency failures per attempt.
+    pub failure_rate: f64,
+    /// Attempts per second, fleet-wide.
+    pub attempt_rate: f64,
+    /// Oldest first-attempt age, seconds.
+    pub queue_age: f64,
+    /// Queue depth.
+    pub queue_depth: f64,
+    /// Arrivals per second.
+    pub arrival_rate: f64,
+    /// Completions per second.
+    pub completion_rate: f64,
+    /// Serve HTTP 500 instead of metrics (a broken exporter).
+    pub broken: bool,
+}
+
+impl Default for FleetKnobs {
+    fn default() -> Self {
+        Self {
+            backoff: 0.0,
+            failure_rate: 0.0,
+            attempt_rate: 10.0,
+            queue_age: 1.0,
+            queue_depth: 0.0,
+            arrival_rate: 10.0,
+            completion_rate: 10.0,
+            broken: false,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    knobs: FleetKnobs,
+    // Counter values integrated over time at the knob rates.
+    last: Instant,
+    successes: f64,
+    failures: f64,
+    arrivals: f64,
+    completions: f64,
+}
+
+/// The fake fleet of one workload.
+#[derive(Debug, Clone)]
+pub struct FakeFleet {
+    state: Arc<Mutex<State>>,
+    /// `127.0.0.1:<port>` of the exposition endpoint.
+    pub address: String,
+    /// The workload label value.
+    pub workload: String,
+    /// The namespace Prometheus attaches.
+    pub namespace: String,
+}
+
+impl FakeFleet {
+    /// Starts serving `workload` in `namespace` with default knobs.
+    pub fn start(namespace: &str, workload: &str, pods: usize) -> FakeFleet {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let state = Arc::new(Mutex::new(State {
+            knobs: FleetKnobs::default(),
+            last: Instant::now(),
+            successes: 0.0,
+            failures: 0.0,
+            arrivals: 0.0,
+            completions: 0.0,
+        }));
+        let s2 = state.clone();
+        let wl = workload.to_owned();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let mut buf = [0u8; 2048];
+                let _ = conn.read(&mut buf);
+                let (code, body) = render(&s2, &wl, pods);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.0 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        FakeFleet {
+            state,
+            address,
+            workload: workload.to_owned(),
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    /// Changes the knobs.
+    pub fn set(&self, f: impl FnOnce(&mut FleetKnobs)) {
+        let mut s = self.state.lock().unwrap();
+        advance(&mut s);
+        f(&mut s.knobs);
+    }
+
+    /// The Prometheus target for this fleet.
+    pub fn target(&self) -> ScrapeTarget {
+        ScrapeTarget {
+            address: self.address.clone(),
+            labels: BTreeMap::from([(m::LABEL_NAMESPACE.to_owned(), self.namespace.clone())]),
+        }
+    }
+}
+
+fn advance(s: &mut State) {
+    let dt = s.last.elapsed().as_secs_f64();
+    s.last = Instant::now();
+    let k = &s.knobs;
+    s.failures += k.attempt_rate * k.failure_rate * dt;
+    s.successes += k.attempt_rate * (1.0 - k.failure_rate) * dt;
+    s.arrivals += k.arrival_rate * dt;
+    s.completions += k.completion_rate * dt;
+}
+
+fn render(state: &Mutex<State>, workload: &str, pods: usize) -> (&'static str, String) {
+    let mut s = state.lock().unwrap();
+    advance(&mut s);
+    if s.knobs.broken {
+        return ("500 Internal Server Error", "broken\n".into());
+    }
+    let mut out = String::new();
+    let w = format!("{}=\"{workload}\"", m::LABEL_WORKLOAD);
+    out.push_str(&format!("# TYPE {} gauge\n", m::BACKOFF));
+    for p in 0..pods {
+        out.push_str(&format!(
+            "{}{{{w},pod=\"p{p}\"}} {}\n",
+            m::BACKOFF,
+            s.knobs.backoff
+        ));
+    }
+    out.push_str(&format!("# TYPE {} counter\n", m::OUTCOMES_TOTAL));
+    out.push_str(&format!(
+        "{}{{{w},class=\"{}\"}} {}\n",
+        m::OUTCOMES_TOTAL,
+        m::CLASS_SUCCESS,
+        s.successes
+    ));
+    out.push_str(&format!(
+        "{}{{{w},class=\"{}\"}} {}\n",
+        m::OUTCOMES_TOTAL,
+        m::CLASS_DEPENDENCY_FAILURE,
+        s.failures
+    ));
+    out.push_str(&format!(
+        "# TYPE {} gauge\n{}{{{w}}} {}\n",
+        m::QUEUE_AGE,
+        m::QUEUE_AGE,
+        s.knobs.queue_age
+    ));
+    out.push_str(&format!(
+        "# TYPE {} gauge\n{}{{{w}}} {}\n",
+        m::QUEUE_DEPTH,
+        m::QUEUE_DEPTH,
+        s.knobs.queue_depth
+    ));
+    out.push_str(&format!(
+        "# TYPE {} counter\n{}{{{w}}} {}\n",
+        m::QUEUE_ARRIVALS_TOTAL,
+        m::QUEUE_ARRIVALS_TOTAL,
+        s.arrivals
+    ));
+    out.push_str(&format!(
+        "# TYPE {} counter\n{}{{{w}}} {}\n",
+        m::QUEUE_COMPLETIONS_TOTAL,
+        m::QUEUE_COMPLETIONS_TOTAL,
+        s.completions
+    ));
+    ("200 OK", out)
+}

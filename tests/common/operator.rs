@@ -1,0 +1,170 @@
+//! Runs the real operator binary as its own ServiceAccount, with the chart's RBAC.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use backpressure_envtest::{Supervised, TestEnv};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::{Discovery, Scope};
+
+/// Namespace the chart is "installed" into.
+pub const OPERATOR_NAMESPACE: &str = "bp-system";
+/// The chart's ServiceAccount name with release name `backpressure-operator`.
+pub const OPERATOR_SA: &str = "backpressure-operator";
+
+static RBAC: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+
+/// Renders the chart's ServiceAccount and RBAC with helm, applies them, and returns a kubeconfig
+/// that authenticates as the operator's ServiceAccount with a real token. Once per test binary.
+pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
+    RBAC.get_or_init(|| async move {
+        let client = env.client().unwrap();
+        let ns_api: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": OPERATOR_NAMESPACE}}))
+                .unwrap();
+        let _ = ns_api.create(&PostParams::default(), &ns).await;
+        let helm = backpressure_envtest::bin_dir().unwrap().join("helm");
+        let chart = backpressure_envtest::repo_root().join("charts/backpressure-operator");
+        let out = std::process::Command::new(helm)
+            .args(["template", "backpressure-operator"])
+            .arg(&chart)
+            .args(["--namespace", OPERATOR_NAMESPACE])
+            .args([
+                "-s",
+                "templates/serviceaccount.yaml",
+                "-s",
+                "templates/clusterrole.yaml",
+            ])
+            .args([
+                "-s",
+                "templates/clusterrolebinding.yaml",
+                "-s",
+                "templates/role.yaml",
+            ])
+            .args(["-s", "templates/rolebinding.yaml"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "helm template: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let discovery = Discovery::new(client.clone()).run().await.unwrap();
+        for doc in String::from_utf8(out.stdout).unwrap().split("\n---") {
+            let v: serde_yaml::Value = serde_yaml::from_str(doc).unwrap_or(serde_yaml::Value::Null);
+            if v.is_null() {
+                continue;
+            }
+            let obj: DynamicObject = serde_yaml::from_value(v).unwrap();
+            let types = obj.types.clone().unwrap();
+            let gvk = kube::core::GroupVersionKind::try_from(&types).unwrap();
+            let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
+            let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
+                Api::namespaced_with(client.clone(), OPERATOR_NAMESPACE, &ar)
+            } else {
+                Api::all_with(client.clone(), &ar)
+            };
+            let name = obj.metadata.name.clone().unwrap();
+            api.patch(
+                &name,
+                &PatchParams::apply("test-install").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .unwrap();
+        }
+        let sa: Api<ServiceAccount> = Api::namespaced(client, OPERATOR_NAMESPACE);
+        let req = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![],
+                expiration_seconds: Some(24 * 3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let token = sa
+            .create_token_request(OPERATOR_SA, &PostParams::default(), &req)
+            .await
+            .unwrap();
+        env.write_token_kubeconfig("operator", &token.status.unwrap().token)
+            .unwrap()
+    })
+    .await
+    .clone()
+}
+
+/// A running operator process.
+#[derive(Debug)]
+pub struct Operator {
+    /// The process.
+    pub process: Supervised,
+    /// Its metrics address.
+    pub metrics: String,
+}
+
+impl Operator {
+    /// Starts the operator binary with `extra` arguments, as the operator's ServiceAccount.
+    pub async fn start(env: &'static TestEnv, prometheus_url: &str, extra: &[&str]) -> Operator {
+        let kubeconfig = operator_kubeconfig(env).await;
+        let port = backpressure_envtest::process::free_port().unwrap();
+        let metrics = format!("127.0.0.1:{port}");
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            format!("--prometheus-url={prometheus_url}"),
+            format!("--metrics-bind-address={metrics}"),
+            "--requeue-interval=1s".into(),
+            format!("--namespace={OPERATOR_NAMESPACE}"),
+            format!("--service-account={OPERATOR_SA}"),
+            "--log-level=debug".into(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let log = env
+            .dir()
+            .join(format!("operator-{}.log", backpressure_envtest::unique()));
+        // The kubeconfig reaches the child through a wrapper: Supervised passes no env, so use
+        // `env KUBECONFIG=... <binary>`.
+        let mut full = vec![
+            format!("KUBECONFIG={}", kubeconfig.display()),
+            "RUST_LOG=info,backpressure_operator=debug".into(),
+        ];
+        full.push(env!("CARGO_BIN_EXE_backpressure-operator").into());
+        full.extend(args);
+        let process = Supervised::spawn(
+            "operator",
+            std::path::Path::new("/usr/bin/env"),
+            &full,
+            &log,
+        )
+        .unwrap();
+        assert!(
+            backpressure_envtest::process::wait_for_port(port, Duration::from_secs(30)),
+            "operator did not serve metrics:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Operator { process, metrics }
+    }
+
+    /// The operator's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.process.log()).unwrap_or_default()
+    }
+
+    /// Kills the process (SIGKILL).
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// The operator's `/metrics` text.
+    pub fn scrape(&self) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.metrics).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+}

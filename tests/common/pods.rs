@@ -1,0 +1,138 @@
+//! Pods of a test workload: real Pod objects (Ready, podIP 127.0.0.1) whose admin port is a
+//! real `backpressure-worker` admin server that verifies pushes with a TokenReview against the
+//! test control plane, accepting only the operator's ServiceAccount.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use backpressure_api::wire::{self, WorkerConfig};
+use backpressure_envtest::TestEnv;
+use backpressure_worker::config::ConfigState;
+use backpressure_worker::config::admin::Admin;
+use backpressure_worker::config::token::{TokenReviewVerifier, service_account_username};
+use backpressure_worker::permits::Gate;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::operator::{OPERATOR_NAMESPACE, OPERATOR_SA};
+
+/// A fake worker pod.
+pub struct FakePod {
+    /// Pod name.
+    pub name: String,
+    /// The worker library's configuration state (what the pod runs).
+    pub state: ConfigState,
+    /// The admin port.
+    pub port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for FakePod {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+impl FakePod {
+    /// The running config.
+    pub fn running(&self) -> WorkerConfig {
+        self.state.running()
+    }
+}
+
+/// Creates a Deployment `name` with `replicas` (nothing runs it: the test observes `/scale`).
+pub async fn deployment(client: &kube::Client, ns: &str, name: &str, replicas: i32) {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "worker", "image": "worker:test"}]}
+            }
+        }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &d).await.unwrap();
+}
+
+/// The replicas of Deployment `name` (`spec.replicas`).
+pub async fn replicas(client: &kube::Client, ns: &str, name: &str) -> i32 {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    api.get(name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .replicas
+        .unwrap_or(0)
+}
+
+/// Starts a fake pod of `app` in `ns`: a worker admin server on loopback and a Ready Pod.
+pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> FakePod {
+    let client = env.client().unwrap();
+    let initial = WorkerConfig::default();
+    let gate = Gate::new(backpressure_worker::controller::from_config(
+        &initial,
+        index as u64,
+    ));
+    let state = ConfigState::new(gate, initial, None);
+    let verifier = Arc::new(TokenReviewVerifier::new(client.clone()));
+    let admin = Arc::new(Admin::new(state.clone(), None).with_verifier(
+        verifier,
+        [service_account_username(OPERATOR_NAMESPACE, OPERATOR_SA)],
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(admin.serve(listener, async move {
+        let _ = rx.await;
+    }));
+
+    let name = format!("{app}-{index}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {"app": app},
+            "annotations": {wire::ADMIN_PORT_ANNOTATION: port.to_string()},
+        },
+        "spec": {"containers": [{"name": "worker", "image": "worker:test"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    set_ready(&pods, &name, true).await;
+    FakePod {
+        name,
+        state,
+        port,
+        stop: Some(tx),
+    }
+}
+
+/// Sets the pod's Ready condition (and podIP 127.0.0.1).
+pub async fn set_ready(pods: &Api<Pod>, name: &str, ready: bool) {
+    let status = json!({
+        "status": {
+            "phase": "Running",
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+        }
+    });
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// Labels helper.
+pub fn labels(app: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("app".to_owned(), app.to_owned())])
+}

@@ -1,0 +1,652 @@
+//! The operator end to end against a real kube-apiserver + etcd and a real Prometheus that
+//! scrapes metric endpoints served by the test. The operator is the real binary, running as
+//! its own ServiceAccount with a real token and the Helm chart's RBAC: every test below is
+//! also a test of that least-privilege role.
+//!
+//! The tests share one operator-wide resource (the operator watches all namespaces), so they
+//! run one at a time: each holds a process-wide lock for its whole duration (each test has its
+//! own runtime and thread, so holding a std lock across awaits is the intent).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+
+mod common;
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use backpressure_api::WorkerBackpressure;
+use backpressure_api::v1alpha1::{Action, Regime, WorkerBackpressureStatus};
+use backpressure_envtest::{Prometheus, TestEnv};
+use common::fleet::FakeFleet;
+use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
+use common::pods;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` (and the world's state, when
+/// `diag` gives it) after `timeout`.
+async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            let diag = DIAG.lock().map(|d| d.clone()).unwrap_or_default();
+            panic!("timed out after {timeout:?} waiting for {what}\n{diag}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The last known state of the world, printed when a wait times out.
+static DIAG: Mutex<String> = Mutex::new(String::new());
+
+/// One test's world: a namespace, a Deployment `w`, fake pods, a fake fleet scraped by its own
+/// Prometheus, and the operator.
+struct World {
+    env: &'static TestEnv,
+    client: kube::Client,
+    ns: String,
+    prom: Prometheus,
+    fleet: FakeFleet,
+    pods: Vec<pods::FakePod>,
+    operator: Option<Operator>,
+}
+
+impl World {
+    async fn new(prefix: &str, replicas: i32, pod_count: usize) -> World {
+        let env = TestEnv::shared();
+        let client = env.client().unwrap();
+        common::install_crds(&client).await;
+        let ns = env.namespace(prefix).await.unwrap();
+        pods::deployment(&client, &ns, "w", replicas).await;
+        let mut fake_pods = Vec::new();
+        for i in 0..pod_count {
+            fake_pods.push(pods::start(env, &ns, "w", i).await);
+        }
+        let fleet = FakeFleet::start(&ns, "w", pod_count);
+        let prom = Prometheus::start().unwrap();
+        prom.set_targets(&[fleet.target()]).unwrap();
+        World {
+            env,
+            client,
+            ns,
+            prom,
+            fleet,
+            pods: fake_pods,
+            operator: None,
+        }
+    }
+
+    async fn start_operator(&mut self) {
+        self.operator = Some(Operator::start(self.env, &self.prom.url(), &[]).await);
+    }
+
+    /// A WorkerBackpressure for `w` with fast time constants, patched by `spec`.
+    async fn apply(&self, patch: Value) {
+        let mut spec = json!({
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
+            "metrics": {
+                "prometheus": {"address": self.prom.url(), "timeout": "2s"},
+                "workload": "w",
+                "rateWindow": "5s",
+                "staleAfter": "10s",
+            },
+            "scaling": {
+                "minReplicas": 1,
+                "maxReplicas": 20,
+                "targetQueueAge": "10s",
+                "hold": {"backoffAbove": 0.2, "for": "2s"},
+                "release": {"backoffBelow": 0.05, "for": "2s"},
+                "scaleUp": {"maxPods": 2, "maxPercent": 50, "period": "3s"},
+                "scaleDown": {"maxPercent": 10, "period": "60s", "stabilization": "60s"},
+                "rampUp": {"stages": [34, 67, 100], "dwell": "4s", "abortAbove": 0.3},
+            },
+        });
+        merge(&mut spec, patch);
+        let obj = json!({
+            "apiVersion": "backpressure.dev/v1alpha1",
+            "kind": "WorkerBackpressure",
+            "metadata": {"name": "w"},
+            "spec": spec,
+        });
+        self.wbps()
+            .patch(
+                "w",
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .unwrap();
+    }
+
+    fn wbps(&self) -> Api<WorkerBackpressure> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn status(&self) -> WorkerBackpressureStatus {
+        let s = self
+            .wbps()
+            .get_status("w")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if let Ok(mut d) = DIAG.lock() {
+            let log = self.operator_log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            *d = format!(
+                "status: {}\noperator log (last lines):\n{}",
+                serde_json::to_string_pretty(&s).unwrap_or_default(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        s
+    }
+
+    async fn replicas(&self) -> i32 {
+        pods::replicas(&self.client, &self.ns, "w").await
+    }
+
+    async fn wait_regime(&self, regime: Regime, timeout: Duration) -> WorkerBackpressureStatus {
+        wait_for(timeout, &format!("regime {regime:?}"), || async {
+            let s = self.status().await;
+            (s.regime == Some(regime)).then_some(s)
+        })
+        .await
+    }
+
+    async fn events(&self) -> Vec<Event> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        api.list(&ListParams::default()).await.unwrap().items
+    }
+
+    async fn has_event(&self, reason: &str) -> Option<Event> {
+        self.events()
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+    }
+
+    fn operator_log(&self) -> String {
+        self.operator
+            .as_ref()
+            .map(Operator::log)
+            .unwrap_or_default()
+    }
+
+    async fn cleanup(mut self) {
+        if let Some(mut op) = self.operator.take() {
+            op.process.stop();
+        }
+        let _ = self.wbps().delete("w", &DeleteParams::default()).await;
+    }
+}
+
+fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (b, p) => *b = p,
+    }
+}
+
+fn condition<'a>(
+    s: &'a WorkerBackpressureStatus,
+    t: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    s.conditions.iter().flatten().find(|c| c.type_ == t)
+}
+
+fn backlog(k: &mut common::fleet::FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.queue_age = 100.0;
+    k.queue_depth = 1000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 20.0;
+}
+
+fn failing(k: &mut common::fleet::FleetKnobs) {
+    k.backoff = 0.6;
+    k.failure_rate = 0.4;
+    k.queue_age = 200.0;
+    k.queue_depth = 2000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 10.0;
+}
+
+#[tokio::test]
+async fn scales_out_for_a_backlog_within_step_limits() {
+    let _serial = serial();
+    let mut w = World::new("backlog", 2, 2).await;
+    w.fleet.set(backlog);
+    w.apply(json!({})).await;
+    w.start_operator().await;
+
+    // Watch the replicas climb: every step within max(maxPods 2, 50% of current).
+    let mut seen = vec![w.replicas().await];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while *seen.last().unwrap() < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "replicas {seen:?} did not reach 6\n{}",
+            w.operator_log()
+        );
+        let r = w.replicas().await;
+        if seen.last() != Some(&r) {
+            seen.push(r);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for pair in seen.windows(2) {
+        let (from, to) = (pair[0], pair[1]);
+        let limit = from + 2.max((from as f64 * 0.5).ceil() as i32);
+        assert!(
+            to <= limit,
+            "step {from} -> {to} exceeds the limit {limit} (sequence {seen:?})"
+        );
+    }
+    let s = w.status().await;
+    assert_eq!(s.regime, Some(Regime::Backlogged), "{s:?}");
+    assert!(s.replicas.as_ref().unwrap().recommended > 6, "{s:?}");
+    let ev = w
+        .has_event("ScaledOut")
+        .await
+        .unwrap_or_else(|| panic!("no ScaledOut event\n{}", w.operator_log()));
+    let note = ev.note.unwrap_or_default();
+    assert!(
+        note.chars().any(|c| c.is_ascii_digit()),
+        "the event gives numbers: {note}"
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_spike() {
+    let _serial = serial();
+    let mut w = World::new("hold", 4, 2).await;
+    w.fleet.set(failing);
+    w.apply(json!({})).await;
+    w.start_operator().await;
+
+    let s = w
+        .wait_regime(Regime::DependencyFailing, Duration::from_secs(40))
+        .await;
+    let held = condition(&s, "ScaleOutHeld").expect("ScaleOutHeld condition");
+    assert_eq!(held.status, "True");
+    assert!(
+        held.message.contains("0.6"),
+        "the hold gives the backoff: {}",
+        held.message
+    );
+    // Held for a while: no scale-out although a backlog-only autoscaler would add pods.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(w.replicas().await, 4, "replicas grew during the hold");
+    let s = w.status().await;
+    assert_eq!(s.regime, Some(Regime::DependencyFailing));
+    let r = s.replicas.clone().unwrap();
+    assert!(
+        r.recommended > r.current,
+        "recommended {} should exceed current {}",
+        r.recommended,
+        r.current
+    );
+    assert!(
+        w.has_event("ScaleOutHeld").await.is_some(),
+        "no ScaleOutHeld event"
+    );
+
+    // Recovery: backoff falls below release; a staged ramp starts.
+    w.fleet.set(|k| {
+        k.backoff = 0.0;
+        k.failure_rate = 0.0;
+        k.completion_rate = 40.0;
+    });
+    let s1 = wait_for(Duration::from_secs(40), "ramp stage 1", || async {
+        let s = w.status().await;
+        (s.regime == Some(Regime::Recovering) && s.ramp.as_ref().is_some_and(|r| r.stage == 1))
+            .then_some(s)
+    })
+    .await;
+    let ramp = s1.ramp.clone().unwrap();
+    assert_eq!(ramp.of, 3);
+    assert_eq!(ramp.from, 4);
+    let stage1_target = ramp.from + ((ramp.to - ramp.from) as f64 * 0.34).ceil() as i32;
+    let s2 = wait_for(Duration::from_secs(40), "ramp stage 2", || async {
+        let s = w.status().await;
+        s.ramp.as_ref().is_some_and(|r| r.stage == 2).then_some(s)
+    })
+    .await;
+    let t1 = ramp.stage_started_at.clone().unwrap().0;
+    let t2 = s2
+        .ramp
+        .as_ref()
+        .unwrap()
+        .stage_started_at
+        .clone()
+        .unwrap()
+        .0;
+    assert!(
+        t2.as_second() - t1.as_second() >= 4,
+        "stage 2 started {}s after stage 1 (dwell 4s)",
+        t2.as_second() - t1.as_second()
+    );
+    assert!(w.replicas().await >= stage1_target.min(ramp.to));
+
+    // A backoff spike mid-ramp aborts back to hold.
+    w.fleet.set(failing);
+    let s = w
+        .wait_regime(Regime::DependencyFailing, Duration::from_secs(30))
+        .await;
+    let aborted = w.has_event("RampAborted").await;
+    assert!(
+        aborted.is_some()
+            || s.last_decision
+                .as_ref()
+                .is_some_and(|d| d.action == Action::AbortRamp),
+        "no abort recorded: {s:?}"
+    );
+    let at_abort = w.replicas().await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        w.replicas().await,
+        at_abort,
+        "replicas grew after the abort"
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_killed_operator_resumes_the_ramp_at_the_recorded_stage() {
+    let _serial = serial();
+    let mut w = World::new("restart", 4, 2).await;
+    w.fleet.set(failing);
+    w.apply(json!({"scaling": {"rampUp": {"stages": [34, 67, 100], "dwell": "8s"}}}))
+        .await;
+    w.start_operator().await;
+    w.wait_regime(Regime::DependencyFailing, Duration::from_secs(40))
+        .await;
+    w.fleet.set(|k| {
+        k.backoff = 0.0;
+        k.failure_rate = 0.0;
+        k.completion_rate = 40.0;
+    });
+    let s1 = wait_for(Duration::from_secs(40), "ramp stage 1", || async {
+        let s = w.status().await;
+        s.ramp.as_ref().is_some_and(|r| r.stage == 1).then_some(s)
+    })
+    .await;
+    let ramp = s1.ramp.clone().unwrap();
+
+    // Crash: SIGKILL, no graceful shutdown.
+    w.operator.as_mut().unwrap().kill();
+    let at_crash = w.replicas().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(w.status().await.ramp.unwrap().stage, 1);
+    w.start_operator().await;
+
+    // It continues from stage 1 (same ramp: same origin and target), reaching stage 2 only
+    // after the dwell, and never jumps to the final size first.
+    let final_target = ramp.to;
+    let s2 = wait_for(
+        Duration::from_secs(40),
+        "ramp stage 2 after restart",
+        || async {
+            let s = w.status().await;
+            let r = w.replicas().await;
+            assert!(
+                r <= at_crash
+                    .max(ramp.from + ((final_target - ramp.from) as f64 * 0.67).ceil() as i32),
+                "replicas {r} beyond stage 2 while resuming"
+            );
+            s.ramp.as_ref().is_some_and(|x| x.stage >= 2).then_some(s)
+        },
+    )
+    .await;
+    let resumed = s2.ramp.unwrap();
+    assert_eq!(
+        resumed.from, ramp.from,
+        "the ramp restarted instead of resuming"
+    );
+    assert!(resumed.stage_started_at.is_some());
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn prometheus_down_means_metrics_unavailable_and_no_scaling() {
+    let _serial = serial();
+    let mut w = World::new("promdown", 3, 2).await;
+    w.fleet.set(|k| {
+        k.queue_age = 2.0;
+        k.arrival_rate = 10.0;
+        k.completion_rate = 10.0;
+    });
+    w.apply(json!({})).await;
+    w.start_operator().await;
+    wait_for(Duration::from_secs(40), "metrics available", || async {
+        let s = w.status().await;
+        condition(&s, "MetricsAvailable")
+            .is_some_and(|c| c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let before = w.replicas().await;
+    w.prom.stop();
+    let s = w
+        .wait_regime(Regime::MetricsUnavailable, Duration::from_secs(30))
+        .await;
+    assert_eq!(condition(&s, "MetricsAvailable").unwrap().status, "False");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        w.replicas().await,
+        before,
+        "replicas changed on missing metrics"
+    );
+    assert!(w.replicas().await > 0);
+    w.prom.start_again().unwrap();
+    wait_for(
+        Duration::from_secs(40),
+        "metrics available again",
+        || async {
+            let s = w.status().await;
+            (s.regime != Some(Regime::MetricsUnavailable)
+                && condition(&s, "MetricsAvailable").is_some_and(|c| c.status == "True"))
+            .then_some(())
+        },
+    )
+    .await;
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn dry_run_reports_decisions_and_never_scales() {
+    let _serial = serial();
+    let mut w = World::new("dryrun", 2, 2).await;
+    w.fleet.set(backlog);
+    w.apply(json!({"mode": "DryRun"})).await;
+    w.start_operator().await;
+    let s = w
+        .wait_regime(Regime::Backlogged, Duration::from_secs(40))
+        .await;
+    let d = wait_for(Duration::from_secs(20), "a dry-run decision", || async {
+        let s = w.status().await;
+        s.last_decision
+            .filter(|d| d.dry_run == Some(true) && d.to > d.from)
+    })
+    .await;
+    assert!(s.replicas.as_ref().unwrap().desired > 2 || d.to > 2);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(w.replicas().await, 2, "DryRun wrote to the target");
+    assert!(
+        !w.events().await.is_empty(),
+        "DryRun publishes its decisions as events"
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
+    let _serial = serial();
+    let mut w = World::new("config", 3, 3).await;
+    w.apply(json!({"worker": {"setPoint": 0.05, "maxPermits": 8}}))
+        .await;
+    w.start_operator().await;
+    let s = wait_for(Duration::from_secs(40), "3 pods in sync", || async {
+        let s = w.status().await;
+        s.config
+            .as_ref()
+            .is_some_and(|c| c.pods_in_sync == 3 && c.pods_total == 3)
+            .then_some(s)
+    })
+    .await;
+    let hash = s.config.unwrap().hash;
+    for p in &w.pods {
+        assert_eq!(p.running().hash, hash, "pod {} runs another config", p.name);
+        assert_eq!(p.running().max_permits, 8);
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(w.client.clone(), &w.ns);
+    let cm = cms.get("w-worker-config").await.unwrap();
+    assert!(cm.data.unwrap()["worker-config.json"].contains(&hash));
+
+    // A set point change reaches every pod and the ConfigMap.
+    w.apply(json!({"worker": {"setPoint": 0.1}})).await;
+    wait_for(
+        Duration::from_secs(40),
+        "set point 0.1 on every pod",
+        || async {
+            w.pods
+                .iter()
+                .all(|p| (p.running().set_point - 0.1).abs() < 1e-9)
+                .then_some(())
+        },
+    )
+    .await;
+    let s = wait_for(
+        Duration::from_secs(20),
+        "status in sync with the new hash",
+        || async {
+            let s = w.status().await;
+            s.config
+                .as_ref()
+                .is_some_and(|c| c.pods_in_sync == 3 && c.hash != hash)
+                .then_some(s)
+        },
+    )
+    .await;
+    let new_hash = s.config.unwrap().hash;
+    assert!(w.pods.iter().all(|p| p.running().hash == new_hash));
+    let cm = cms.get("w-worker-config").await.unwrap();
+    assert!(cm.data.unwrap()["worker-config.json"].contains(&new_hash));
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_no_op_reconcile_writes_nothing() {
+    let _serial = serial();
+    let mut w = World::new("noop", 2, 2).await;
+    w.fleet.set(|k| {
+        k.queue_age = 2.0;
+        k.queue_depth = 5.0;
+        k.arrival_rate = 10.0;
+        k.completion_rate = 10.0;
+    });
+    w.apply(json!({})).await;
+    w.start_operator().await;
+    let user = format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}");
+    wait_for(Duration::from_secs(40), "settled status", || async {
+        let s = w.status().await;
+        (s.regime == Some(Regime::Healthy)
+            && s.config.as_ref().is_some_and(|c| c.pods_in_sync == 2)
+            && condition(&s, "MetricsAvailable").is_some_and(|c| c.status == "True"))
+        .then_some(())
+    })
+    .await;
+    // Let rates settle, then count the operator's writes over several reconcile intervals.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let before = w.env.audit_writes_by(&user).len();
+    let rv_before = w.wbps().get("w").await.unwrap().metadata.resource_version;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let writes = w.env.audit_writes_by(&user);
+    let new: Vec<String> = writes[before..]
+        .iter()
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "a steady state made {} writes: {new:?}",
+        new.len()
+    );
+    let rv_after = w.wbps().get("w").await.unwrap().metadata.resource_version;
+    assert_eq!(rv_before, rv_after, "the object changed");
+    // It did reconcile meanwhile (the counter moved), it just had nothing to write.
+    let metrics = w.operator.as_ref().unwrap().scrape();
+    assert!(
+        metrics.contains("backpressure_operator_reconciles_total{result=\"success\"}"),
+        "{metrics}"
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_operator_role_cannot_touch_what_it_does_not_need() {
+    let _serial = serial();
+    let env = TestEnv::shared();
+    let _ = common::operator::operator_kubeconfig(env).await;
+    let as_operator = env
+        .client_as(
+            &format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"),
+            &[],
+        )
+        .unwrap();
+    let ns = env.namespace("rbac").await.unwrap();
+    // Creating Deployments, deleting pods or reading Secrets cluster-wide in other ways is not
+    // part of its job (it may get Secrets for Prometheus credentials, but not list them).
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(as_operator.clone(), &ns);
+    let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "x"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+    }))
+    .unwrap();
+    let err = deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err:?}"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(as_operator.clone(), &ns);
+    let err = secrets.list(&ListParams::default()).await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err:?}"
+    );
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(as_operator, &ns);
+    let err = pods
+        .delete("any", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err:?}"
+    );
+}
