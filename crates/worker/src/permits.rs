@@ -419,7 +419,7 @@ impl PollPermit {
     /// Starts processing one received message. Always succeeds: a message beyond the grant
     /// (a source that returned more than asked) is processed too, over the limit.
     pub fn start(&mut self) -> InFlight {
-        {
+        let in_flight = {
             let mut st = self.gate.lock();
             if self.remaining > 0 {
                 self.remaining -= 1;
@@ -428,12 +428,13 @@ impl PollPermit {
                 tracing::warn!("source returned more messages than permitted; processing anyway");
             }
             st.in_flight += 1;
-        }
+            st.in_flight
+        };
         if let Some(m) = &self.gate.inner.metrics {
             if self.probe {
                 m.record_probe();
             }
-            m.set_in_flight(self.gate.lock().in_flight);
+            m.set_in_flight(in_flight);
         }
         InFlight {
             gate: Some(self.gate.clone()),
