@@ -138,6 +138,7 @@ async fn run_one(sc: Scenario, out: PathBuf, with_operator: bool) -> anyhow::Res
         out_dir: out,
         worker_exe: std::env::current_exe()?,
         with_operator,
+        build_operator: true,
         timeline: true,
     };
     Ok(run::run(opts, rx).await?)

@@ -6,8 +6,9 @@ use std::time::Duration;
 use backpressure_envtest::Supervised;
 
 /// The binary next to the running one (same cargo target dir and profile), built first with
-/// `$CARGO` when this process runs under cargo. `$BP_OPERATOR_BIN` overrides.
-pub async fn find_binary() -> Result<PathBuf, String> {
+/// `$CARGO` when `build` is set and this process runs under cargo. `$BP_OPERATOR_BIN`
+/// overrides.
+pub async fn find_binary(build: bool) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("BP_OPERATOR_BIN") {
         return Ok(PathBuf::from(p));
     }
@@ -20,7 +21,7 @@ pub async fn find_binary() -> Result<PathBuf, String> {
         dir.pop();
     }
     let candidate = dir.join("backpressure-operator");
-    if let Some(cargo) = std::env::var_os("CARGO") {
+    if let Some(cargo) = std::env::var_os("CARGO").filter(|_| build) {
         let release = dir.file_name().is_some_and(|n| n == "release");
         let mut cmd = tokio::process::Command::new(cargo);
         cmd.args([

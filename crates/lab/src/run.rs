@@ -68,6 +68,8 @@ pub struct Options {
     pub worker_exe: PathBuf,
     /// Try to run the operator (false: comparison run only).
     pub with_operator: bool,
+    /// Build the operator with `$CARGO` first (when running under cargo).
+    pub build_operator: bool,
     /// Print the live timeline.
     pub timeline: bool,
 }
@@ -163,7 +165,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let mut operator_pending = None;
     let mut operator_bin = None;
     if opts.with_operator {
-        match crate::operator::find_binary().await {
+        match crate::operator::find_binary(opts.build_operator).await {
             Ok(bin) => match crate::operator::check_run_subcommand(&bin).await {
                 Ok(()) => operator_bin = Some(bin),
                 Err(e) => operator_pending = Some(e),

@@ -1,0 +1,87 @@
+//! End-to-end scenarios with real processes (minutes each): `make e2e` runs them with
+//! `cargo test -p backpressure-lab --test e2e -- --ignored --test-threads=1`.
+//!
+//! Each test runs a bundled scenario through the operator and the queue-age scaler side by side
+//! and asserts the scenario's checks from the recorded data (see `record::checks`): the
+//! operator holds during an outage while the queue-age scaler grows, the dependency load stays
+//! within 1.1x its capacity while the backlog drains, the operator dead-letters less, the
+//! operator scales out for a genuine surge, and no message is lost in either run.
+//!
+//! The operator binary must be built first (`cargo build -p backpressure-operator`, or
+//! `BP_OPERATOR_BIN`); without it every operator check fails with "did not run".
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Mutex;
+
+use backpressure_lab::run::{self, Options};
+use backpressure_lab::scenario::Scenario;
+
+/// One lab at a time, also when the harness runs tests in parallel.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+async fn scenario(name: &str) {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    backpressure_lab::install_crypto_provider();
+    let sc = Scenario::load(name).unwrap();
+    let out = backpressure_lab::cluster::repo_root()
+        .join("out/lab/e2e-test")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let report = run::run(
+        Options {
+            scenario: sc.clone(),
+            out_dir: out.clone(),
+            worker_exe: env!("CARGO_BIN_EXE_backpressure-lab").into(),
+            with_operator: true,
+            build_operator: false,
+            timeline: true,
+        },
+        rx,
+    )
+    .await
+    .unwrap();
+    std::fs::write(
+        out.join("recording.json"),
+        serde_json::to_vec_pretty(&report.recording).unwrap(),
+    )
+    .unwrap();
+    let _ = backpressure_lab::plot::write(&sc, &report.recording, &out.join("plot"));
+    let mut failed = Vec::new();
+    for c in &report.checks {
+        println!(
+            "[{}] {}: {}",
+            if c.passed { "pass" } else { "FAIL" },
+            c.name,
+            c.detail
+        );
+        if !c.passed {
+            failed.push(c.name.clone());
+        }
+    }
+    assert!(!report.checks.is_empty(), "no checks ran");
+    assert!(
+        failed.is_empty(),
+        "{name}: failed checks {failed:?} (data and plot in {})",
+        out.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "e2e: several minutes with real processes; make e2e"]
+async fn outage_and_recovery() {
+    scenario("outage-and-recovery").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "e2e: several minutes with real processes; make e2e"]
+async fn producer_surge() {
+    scenario("producer-surge").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "e2e: several minutes with real processes; make e2e"]
+async fn quota_overload() {
+    scenario("quota-overload").await;
+}
