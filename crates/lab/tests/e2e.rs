@@ -11,16 +11,14 @@
 //! `BP_OPERATOR_BIN`); without it every operator check fails with "did not run".
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Mutex;
-
 use backpressure_lab::run::{self, Options};
 use backpressure_lab::scenario::Scenario;
 
 /// One lab at a time, also when the harness runs tests in parallel.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn scenario(name: &str) {
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = ONE_AT_A_TIME.lock().await;
     backpressure_lab::install_crypto_provider();
     let sc = Scenario::load(name).unwrap();
     let out = backpressure_lab::cluster::repo_root()
