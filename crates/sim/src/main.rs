@@ -1,12 +1,17 @@
 //! `backpressure-sim`: runs scenarios and writes the benchmark report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use backpressure_sim::metrics::summarize;
-use backpressure_sim::{POLICIES, Scenario, Simulation, policy};
+use backpressure_sim::report::{self, Provenance};
+use backpressure_sim::{POLICIES, Scenario, Simulation, plot, policy};
 use clap::{Parser, Subcommand};
+
+const SCENARIOS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
+const DOCS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/sim");
+const QUICK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/sim-quick");
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,6 +25,24 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Runs every scenario under every policy and writes report.md and one SVG per scenario.
+    Report {
+        /// Directory of scenario files.
+        #[arg(long, default_value = SCENARIOS_DIR)]
+        scenarios: PathBuf,
+        /// Output directory (default: docs/sim, or target/sim-quick with --quick).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Only scenarios whose name contains this (repeatable).
+        #[arg(long = "scenario")]
+        filter: Vec<String>,
+        /// Compress every timeline 4x (a smoke run, not the benchmark).
+        #[arg(long)]
+        quick: bool,
+        /// Worker threads (default: available parallelism).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
     /// Runs one scenario under one or all policies and prints the summaries.
     Run {
         /// The scenario file.
@@ -30,46 +53,150 @@ enum Command {
         /// Compress the scenario's timeline by this factor (0 < f <= 1).
         #[arg(long)]
         compress: Option<f64>,
+        /// Print every decision of the autoscaler.
+        #[arg(long)]
+        decisions: bool,
     },
 }
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    match cli.command {
+    match Cli::parse().command {
+        Command::Report {
+            scenarios,
+            out,
+            filter,
+            quick,
+            jobs,
+        } => report_cmd(&scenarios, out, &filter, quick, jobs),
         Command::Run {
             scenario,
             policy,
             compress,
-        } => {
-            let mut s = Scenario::load(&scenario).context("loading the scenario")?;
-            if let Some(f) = compress {
-                if !(f > 0.0 && f <= 1.0) {
-                    bail!("--compress must be in (0, 1]");
-                }
-                s = s.compressed(f);
-            }
-            let policies = match policy {
-                Some(k) => vec![policy::by_key(&k).with_context(|| format!("unknown policy {k}"))?],
-                None => POLICIES.to_vec(),
-            };
-            for p in policies {
-                let started = Instant::now();
-                let sim = Simulation::new(&s, p);
-                let out = sim.run()?;
-                let wall = started.elapsed().as_secs_f64();
-                let sum = summarize(&s, sim.timeline(), &out);
+            decisions,
+        } => run_cmd(&scenario, policy, compress, decisions),
+    }
+}
+
+fn report_cmd(
+    dir: &Path,
+    out: Option<PathBuf>,
+    filter: &[String],
+    quick: bool,
+    jobs: Option<usize>,
+) -> Result<()> {
+    let mut scenarios = Scenario::load_dir(dir).context("loading the scenarios")?;
+    for s in &mut scenarios {
+        // Report paths relative to the repository.
+        if let Some(src) = &s.source {
+            let file = Path::new(src)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            s.source = Some(format!("crates/sim/scenarios/{file}"));
+        }
+    }
+    if !filter.is_empty() {
+        scenarios.retain(|s| filter.iter().any(|f| s.name.contains(f.as_str())));
+    }
+    if scenarios.is_empty() {
+        bail!("no scenario in {} matches", dir.display());
+    }
+    let compressed = quick.then_some(0.25);
+    if let Some(f) = compressed {
+        scenarios = scenarios.iter().map(|s| s.compressed(f)).collect();
+    }
+    let out = out.unwrap_or_else(|| PathBuf::from(if quick { QUICK_DIR } else { DOCS_DIR }));
+    let jobs = jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let started = Instant::now();
+    let results = report::run_all(&scenarios, jobs)?;
+    let wall = started.elapsed().as_secs_f64();
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    for r in &results {
+        let runs: Vec<_> = r.runs.iter().map(|x| x.output.clone()).collect();
+        let svg = plot::render(&r.scenario, &runs)?;
+        let path = out.join(format!("{}.svg", r.scenario.name));
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut command = "cargo run -p backpressure-sim --release -- report".to_owned();
+    if quick {
+        command.push_str(" --quick");
+    }
+    for f in filter {
+        command.push_str(&format!(" --scenario {f}"));
+    }
+    let md = report::markdown(
+        &results,
+        &Provenance {
+            command,
+            wall_secs: wall,
+            jobs,
+            compressed,
+        },
+    );
+    let path = out.join("report.md");
+    std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
+    println!(
+        "wrote {} and {} plots in {:.1} s",
+        path.display(),
+        results.len(),
+        wall
+    );
+    Ok(())
+}
+
+fn run_cmd(
+    scenario: &Path,
+    policy: Option<String>,
+    compress: Option<f64>,
+    decisions: bool,
+) -> Result<()> {
+    let mut s = Scenario::load(scenario).context("loading the scenario")?;
+    if let Some(f) = compress {
+        if !(f > 0.0 && f <= 1.0) {
+            bail!("--compress must be in (0, 1]");
+        }
+        s = s.compressed(f);
+    }
+    let policies = match policy {
+        Some(k) => vec![policy::by_key(&k).with_context(|| format!("unknown policy {k}"))?],
+        None => POLICIES.to_vec(),
+    };
+    for p in policies {
+        let started = Instant::now();
+        let sim = Simulation::new(&s, p);
+        let out = sim.run()?;
+        let wall = started.elapsed().as_secs_f64();
+        let sum = summarize(&s, sim.timeline(), &out);
+        println!(
+            "== {} / {} ({:.2} s wall, {:.1} M events/s)",
+            s.name,
+            p.name,
+            wall,
+            out.events as f64 / wall / 1e6
+        );
+        println!("{sum:#?}");
+        if decisions {
+            for d in &out.decisions {
                 println!(
-                    "== {} / {} ({:.2}s wall, {:.1} M events/s)",
-                    s.name,
-                    p.name,
-                    wall,
-                    out.events as f64 / wall / 1e6
+                    "{:>8.0}s {:>3} -> {:>3} {:?} {:?}: {}",
+                    d.t,
+                    d.from,
+                    d.decision.desired,
+                    d.decision.regime,
+                    d.decision.action,
+                    d.decision.reason
                 );
-                println!("{sum:#?}");
             }
         }
     }

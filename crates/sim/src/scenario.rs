@@ -114,6 +114,9 @@ pub struct Scenario {
     /// Targets for our policy that the report checks.
     #[serde(default)]
     pub targets: Vec<Target>,
+    /// Where the scenario was loaded from (not part of the file).
+    #[serde(skip)]
+    pub source: Option<String>,
 }
 
 fn default_tick() -> Dur {
@@ -489,7 +492,9 @@ impl Scenario {
             path: path.display().to_string(),
             source,
         })?;
-        Scenario::from_yaml(&text, &path.display().to_string())
+        let mut s = Scenario::from_yaml(&text, &path.display().to_string())?;
+        s.source = Some(path.display().to_string());
+        Ok(s)
     }
 
     /// Loads every `*.yaml` file of a directory, sorted by file name.

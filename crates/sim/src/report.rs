@@ -1,0 +1,429 @@
+//! Running the benchmark (every scenario under every policy) and writing the Markdown report.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::engine::{RunOutput, SimError, Simulation};
+use crate::metrics::{Summary, summarize};
+use crate::policy::{BP_KEDA, BP_OURS, GREEDY_KEDA, POLICIES};
+use crate::scenario::{Scenario, Target, TargetMetric, Timeline};
+
+/// One run and its summary.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// What the run produced.
+    pub output: RunOutput,
+    /// Its summary.
+    pub summary: Summary,
+}
+
+/// A scenario with its runs, in [`POLICIES`] order.
+#[derive(Debug, Clone)]
+pub struct ScenarioResult {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Runs in [`POLICIES`] order.
+    pub runs: Vec<Run>,
+}
+
+/// Runs every scenario under every policy on `jobs` threads. Results do not depend on `jobs`:
+/// each run is independent and deterministic.
+pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult>, SimError> {
+    let work: Vec<(usize, usize)> = (0..scenarios.len())
+        .flat_map(|s| (0..POLICIES.len()).map(move |p| (s, p)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<Result<Run, SimError>>>> =
+        Mutex::new((0..work.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1).min(work.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(s, p)) = work.get(i) else { break };
+                    let scenario = &scenarios[s];
+                    let sim = Simulation::new(scenario, POLICIES[p]);
+                    let result = sim.run().map(|output| {
+                        let summary = summarize(scenario, sim.timeline(), &output);
+                        tracing::info!(
+                            scenario = %scenario.name,
+                            policy = POLICIES[p].key,
+                            dlq = summary.dead_lettered,
+                            "run done"
+                        );
+                        Run { output, summary }
+                    });
+                    if let Ok(mut v) = slots.lock() {
+                        v[i] = Some(result);
+                    }
+                }
+            });
+        }
+    });
+    let slots = slots.into_inner().unwrap_or_default();
+    let mut runs = slots.into_iter();
+    let mut out = Vec::new();
+    for scenario in scenarios {
+        let mut v = Vec::new();
+        for _ in POLICIES {
+            match runs.next().flatten() {
+                Some(r) => v.push(r?),
+                None => {
+                    return Err(SimError::Resolve(
+                        "a run did not finish (worker thread panicked)".into(),
+                    ));
+                }
+            }
+        }
+        out.push(ScenarioResult {
+            scenario: scenario.clone(),
+            runs: v,
+        });
+    }
+    Ok(out)
+}
+
+/// How the report was produced (the only non-deterministic numbers in it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provenance {
+    /// The command line.
+    pub command: String,
+    /// Wall-clock seconds for all runs.
+    pub wall_secs: f64,
+    /// Threads used.
+    pub jobs: usize,
+    /// Whether timelines were compressed (`--quick`).
+    pub compressed: Option<f64>,
+}
+
+fn pct(x: f64) -> String {
+    if x == 0.0 {
+        "0 %".into()
+    } else if x.abs() < 0.001 {
+        format!("{:.3} %", 100.0 * x)
+    } else {
+        format!("{:.1} %", 100.0 * x)
+    }
+}
+
+fn count(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn secs(x: f64) -> String {
+    if x >= 3600.0 {
+        format!("{:.2} h", x / 3600.0)
+    } else if x >= 60.0 {
+        format!("{:.1} min", x / 60.0)
+    } else {
+        format!("{x:.1} s")
+    }
+}
+
+fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+    v.map_or_else(|| "—".to_owned(), f)
+}
+
+/// The value of a target's metric for our policy, with how it was obtained.
+pub fn target_value(result: &ScenarioResult, target: &Target) -> Option<f64> {
+    let ours = &result.runs[index_of(BP_OURS)].summary;
+    let set_point = result.scenario.workers.set_point;
+    match target.metric {
+        TargetMetric::Dlq => Some(ours.dead_lettered as f64),
+        TargetMetric::DlqPerFailedAttempt => ours.dlq_per_failed_attempt(),
+        TargetMetric::Goodput => ours.goodput,
+        TargetMetric::FailureRateOverSetPoint => ours.failure_rate.map(|f| f / set_point),
+        TargetMetric::MaxAgeVsKeda => {
+            let keda = &result.runs[index_of(GREEDY_KEDA)].summary;
+            (keda.max_age > 0.0).then(|| ours.max_age / keda.max_age)
+        }
+        TargetMetric::ReplicasAddedDuringIncident => Some(f64::from(ours.added_during_incident)),
+        TargetMetric::PeakLoadAfterRecovery => ours.peak_load_after_recovery,
+        TargetMetric::DrainRatio => ours.drain.and_then(|d| d.ratio()),
+        TargetMetric::HeldSeconds => Some(ours.held_secs),
+        TargetMetric::ThrottledFraction => Some(ours.throttled_fraction),
+        TargetMetric::HeldFractionOfIncident => ours.held_fraction_incident,
+        TargetMetric::RampStages => Some(f64::from(ours.ramp_stages)),
+    }
+}
+
+/// Whether a value meets a target.
+pub fn target_met(target: &Target, value: Option<f64>) -> bool {
+    value.is_some_and(|v| {
+        target.max.is_none_or(|m| v <= m + 1e-12) && target.min.is_none_or(|m| v >= m - 1e-12)
+    })
+}
+
+fn index_of(p: crate::policy::Policy) -> usize {
+    POLICIES.iter().position(|q| *q == p).unwrap_or(0)
+}
+
+fn fmt_target_value(metric: TargetMetric, v: f64) -> String {
+    match metric {
+        TargetMetric::Dlq
+        | TargetMetric::ReplicasAddedDuringIncident
+        | TargetMetric::RampStages => {
+            format!("{v:.0}")
+        }
+        TargetMetric::DlqPerFailedAttempt => {
+            if v == 0.0 {
+                "0".into()
+            } else {
+                format!("1 in {:.0}", 1.0 / v)
+            }
+        }
+        TargetMetric::Goodput
+        | TargetMetric::ThrottledFraction
+        | TargetMetric::HeldFractionOfIncident => pct(v),
+        TargetMetric::HeldSeconds => secs(v),
+        TargetMetric::FailureRateOverSetPoint
+        | TargetMetric::MaxAgeVsKeda
+        | TargetMetric::PeakLoadAfterRecovery
+        | TargetMetric::DrainRatio => format!("{v:.2}x"),
+    }
+}
+
+/// Writes the Markdown report; the plot of scenario `name` is expected next to it as
+/// `name.svg`.
+pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
+    let mut md = String::new();
+    let events: u64 = results
+        .iter()
+        .flat_map(|r| r.runs.iter().map(|x| x.output.events))
+        .sum();
+    let sim_secs: f64 = results
+        .iter()
+        .map(|r| r.scenario.duration.secs() * r.runs.len() as f64)
+        .sum();
+    let _ = writeln!(md, "# Simulator benchmark: policies side by side\n");
+    let _ = writeln!(
+        md,
+        "Generated by `{}` from the scenario files in \
+         [`crates/sim/scenarios/`](../../crates/sim/scenarios/). Every number below except the \
+         timing line is a deterministic function of those files (each has its seed): rerunning \
+         gives the same tables.\n",
+        prov.command
+    );
+    if let Some(f) = prov.compressed {
+        let _ = writeln!(
+            md,
+            "**Quick mode: every timeline is compressed by {f}; these are not the benchmark's numbers.**\n"
+        );
+    }
+    let _ = writeln!(
+        md,
+        "**Speed:** {} runs ({} scenarios × {} policies), {:.1} simulated hours, {} simulated \
+         events in {:.1} s wall on {} thread(s): **{:.1} million events/s** ({:.0}× real time). \
+         Events are message arrivals, deliveries, completions, pod starts and stops, and \
+         autoscaler decisions.\n",
+        results.len() * POLICIES.len(),
+        results.len(),
+        POLICIES.len(),
+        sim_secs / 3600.0,
+        count(events),
+        prov.wall_secs,
+        prov.jobs,
+        events as f64 / prov.wall_secs.max(1e-9) / 1e6,
+        sim_secs / prov.wall_secs.max(1e-9),
+    );
+    md.push_str(MODEL_TEXT);
+
+    // Targets first: that is what a reader wants to know.
+    let _ = writeln!(md, "## Targets for our policy (backpressure + ours)\n");
+    let _ = writeln!(md, "| scenario | target | measured | met |");
+    let _ = writeln!(md, "|---|---|---|---|");
+    let (mut met_n, mut all_n) = (0, 0);
+    for r in results {
+        for t in &r.scenario.targets {
+            let v = target_value(r, t);
+            let met = target_met(t, v);
+            all_n += 1;
+            met_n += usize::from(met);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                r.scenario.title,
+                if t.text.is_empty() {
+                    format!("{:?}", t.metric)
+                } else {
+                    t.text.clone()
+                },
+                opt(v, |x| fmt_target_value(t.metric, x)),
+                if met { "met" } else { "**gap**" }
+            );
+        }
+    }
+    let _ = writeln!(md, "\n{met_n} of {all_n} targets met.\n");
+
+    for r in results {
+        let s = &r.scenario;
+        let _ = writeln!(md, "## {}\n", s.title);
+        let _ = writeln!(md, "{}\n", s.description.trim());
+        let tl = Timeline::new(s);
+        let incident = s.incident.map_or("none".to_owned(), |w| {
+            format!("{} – {}", secs(w.start.secs()), secs(w.end.secs()))
+        });
+        let _ = writeln!(
+            md,
+            "Scenario file `{}` (seed {}): {} simulated, tick {} ms; fleet {}..{} pods (starting \
+             at {}), {} permits per pod, set point {}; incident window {}; {} failure episodes.\n",
+            s.source.as_deref().unwrap_or(&s.name),
+            s.seed,
+            secs(s.duration.secs()),
+            (s.tick.secs() * 1000.0).round(),
+            s.fleet.min_replicas,
+            s.fleet.max_replicas,
+            s.fleet.replicas,
+            s.workers.max_permits,
+            pct(s.workers.set_point),
+            incident,
+            tl.episodes().len()
+        );
+        let _ = writeln!(md, "![{}]({}.svg)\n", s.title, s.name);
+        let _ = writeln!(
+            md,
+            "| policy | completed | goodput | failed attempts | DLQ | DLQ per failed attempt | \
+             failure rate (peak 5 min) vs set point {} | max first-attempt age | p99 first-attempt wait | \
+             drain after recovery / theoretical min | peak load / capacity, 10 min after recovery | replica-hours |",
+            pct(s.workers.set_point)
+        );
+        let _ = writeln!(
+            md,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for run in &r.runs {
+            let m = &run.summary;
+            let drain = match m.drain {
+                None => "no backlog".to_owned(),
+                Some(d) => match d.secs {
+                    Some(x) => format!(
+                        "{} / {} ({:.2}x)",
+                        secs(x),
+                        secs(d.min_secs),
+                        d.ratio().unwrap_or(f64::NAN)
+                    ),
+                    None => format!("not drained / {}", secs(d.min_secs)),
+                },
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {:.1} |",
+                run.output.policy.name,
+                count(m.completed),
+                opt(m.goodput, pct),
+                count(m.failed_attempts),
+                count(m.dead_lettered),
+                opt(m.dlq_per_failed_attempt(), |v| if v == 0.0 {
+                    "0".into()
+                } else {
+                    format!("1 in {:.0}", 1.0 / v)
+                }),
+                opt(m.failure_rate, pct),
+                opt(m.failure_rate_peak, pct),
+                secs(m.max_age),
+                secs(m.p99_wait),
+                drain,
+                opt(m.peak_load_after_recovery, |v| format!("{v:.2}x")),
+                m.replica_hours
+            );
+        }
+        let _ = writeln!(md);
+        let _ = writeln!(
+            md,
+            "| policy | max replicas | replicas added during incident | scale-out held | ramp stages after recovery (aborts) | throttled pod-time | max fleet backoff |"
+        );
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
+        for run in &r.runs {
+            let m = &run.summary;
+            let regimes = run.output.policy == BP_OURS;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {:.2} |",
+                run.output.policy.name,
+                m.max_replicas,
+                if s.incident.is_some() {
+                    m.added_during_incident.to_string()
+                } else {
+                    "—".into()
+                },
+                if regimes {
+                    format!(
+                        "{}{}",
+                        secs(m.held_secs),
+                        opt(m.held_fraction_incident, |f| format!(
+                            " ({} of incident)",
+                            pct(f)
+                        ))
+                    )
+                } else {
+                    "—".into()
+                },
+                if regimes {
+                    format!("{} ({})", m.ramp_stages, m.ramp_aborts)
+                } else {
+                    "—".into()
+                },
+                pct(m.throttled_fraction),
+                m.max_backoff
+            );
+        }
+        let _ = writeln!(md);
+        let keda = &r.runs[index_of(BP_KEDA)];
+        let _ = writeln!(
+            md,
+            "Messages produced: {}. Backpressure + KEDA-like reached {} replicas.\n",
+            count(keda.output.produced),
+            keda.summary.max_replicas
+        );
+    }
+    md
+}
+
+const MODEL_TEXT: &str = "\
+## What is simulated
+
+A fixed-step (100 ms) model with exact per-message delivery counts; see the module docs of \
+`crates/sim/src/engine.rs` for the step and its error. Per scenario:
+
+- **Producer**: Poisson arrivals at a rate that changes in steps and surges.
+- **Queue**: at-least-once; a failed delivery becomes visible again 30 s after the failure; a \
+  message whose 5th delivery fails goes to the DLQ. Receives take visible redeliveries first \
+  (oldest first), then new messages. *First-attempt age* is the age of the oldest message not \
+  yet delivered once.
+- **Workers**: pods that poll every tick with the permits their own controller grants (the real \
+  `SetPoint` controller of `backpressure-worker` for backpressure workers, `Off` for greedy \
+  ones; each pod has its own seeded instance), process each message in 200 ms (log-normal) plus \
+  one dependency call, and start polling 30 s after they are created.
+- **Dependency**: a token bucket at the capacity (requests/s, 1 s burst) shared by the fleet: \
+  calls above capacity fail; outages fail calls outright (hard: all; partial/spikes: a \
+  fraction), capacity may come back linearly; 0.5 % background failures (3 % in scenario 5); \
+  calls take 800 ms (log-normal) when they succeed and 200 ms when they fail.
+- **Autoscalers**, every 15 s on metrics scraped every 15 s (rates over 60 s): \
+  *static* (the initial replicas); *KEDA-like*: the HPA algorithm on the first-attempt age with \
+  a `Value` target of 60 s, tolerance 0.1, scale-up max(+100 %, +4 pods) per 15 s, scale-down \
+  stabilization 300 s; *ours*: the operator's real `decide` (root crate, `src/decide/`) with the \
+  default `WorkerBackpressure` settings (hold above backoff 0.2 for 30 s, release below 0.05 for \
+  60 s, ramp 25/50/75/100 % with 60 s dwell, abort above 0.2), fed back its own status and \
+  called again after the `requeueAfter` it returns.
+
+Columns: *goodput* = messages completed in the incident (or goodput) window / what the \
+dependency could serve there (`min(Σ capacity × (1 − failure probability), work available)`); \
+*failure rate* = failed calls / calls in the incident window (peak: highest 5-minute value); \
+*max first-attempt age* = highest value of the oldest-message gauge; *p99 first-attempt wait* \
+= 99th percentile over messages of the wait before the first delivery; *drain* = time from \
+recovery (end of the incident) until the depth is back to its pre-incident level, against the \
+theoretical minimum `backlog / spare capacity` (integrated over the returning capacity, at most \
+maxReplicas × permits / service time); *peak load / capacity* = highest 30-second ratio of calls \
+to capacity in the 10 minutes after recovery; *throttled pod-time* = share of ready pod-seconds \
+with fewer permits than the maximum; *scale-out held* = time in the `DependencyFailing` regime.
+
+";
