@@ -75,7 +75,7 @@ const PANELS: [Panel; 5] = [
         capacity: true,
     },
     Panel {
-        title: "dead letters",
+        title: "dead letters (time in s)",
         value: |s| Some(s.dead_lettered as f64),
         capacity: false,
     },
@@ -125,6 +125,10 @@ where
         root.clone()
     };
     let t_max = scenario.duration.secs();
+    let (band, body) = body.split_vertically(if text { 70 } else { 30 });
+    if let Some(op) = rec.run(OPERATOR) {
+        draw_regimes(&band, op, t_max, text)?;
+    }
     let areas = body.split_evenly((PANELS.len(), 1));
     let runs: Vec<(&RunRecord, RGBColor)> = [(OPERATOR, OP_COLOR), (HPA_LIKE, CMP_COLOR)]
         .iter()
@@ -179,7 +183,11 @@ where
                     r.samples.iter().map(|s| (s.t, s.dep_capacity)),
                     ShapeStyle::from(&CAP_COLOR).stroke_width(2),
                 ))
-                .map_err(err)?;
+                .map_err(err)?
+                .label("capacity")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], CAP_COLOR.stroke_width(3))
+                });
         }
         for (r, color) in &runs {
             let pts: Vec<(f64, f64)> = r
@@ -187,13 +195,153 @@ where
                 .iter()
                 .filter_map(|s| (panel.value)(s).map(|v| (s.t, v)))
                 .collect();
+            let c = *color;
+            let name = if r.label == OPERATOR {
+                "operator"
+            } else {
+                "queue-age scaler"
+            };
             chart
                 .draw_series(LineSeries::new(
                     pts,
                     ShapeStyle::from(color).stroke_width(2),
                 ))
+                .map_err(err)?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
+                });
+        }
+        if text && (panel.capacity || panel.title == "queue age (s)") {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK.mix(0.3))
+                .label_font(("sans-serif", 14))
+                .draw()
                 .map_err(err)?;
         }
     }
     Ok(())
+}
+
+fn regime_color(regime: &str) -> RGBColor {
+    match regime {
+        "Healthy" => RGBColor(120, 190, 120),
+        "Backlogged" => RGBColor(110, 160, 220),
+        "DependencyFailing" => RGBColor(230, 110, 90),
+        "Recovering" => RGBColor(240, 200, 80),
+        "MetricsUnavailable" => RGBColor(170, 170, 170),
+        _ => RGBColor(235, 235, 235),
+    }
+}
+
+/// A band of the operator's regime over time.
+fn draw_regimes<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    op: &RunRecord,
+    t_max: f64,
+    text: bool,
+) -> Result<(), PlotError>
+where
+    DB::ErrorType: 'static,
+{
+    let mut builder = ChartBuilder::on(area);
+    builder.margin_left(8).margin_right(8);
+    if text {
+        builder
+            .caption("operator regime", ("sans-serif", 16))
+            .y_label_area_size(60);
+    }
+    let mut chart = builder
+        .build_cartesian_2d(0f64..t_max, 0f64..1f64)
+        .map_err(err)?;
+    let rects = op.samples.windows(2).map(|w| {
+        Rectangle::new(
+            [(w[0].t, 0.0), (w[1].t, 0.55)],
+            regime_color(&w[0].regime).filled(),
+        )
+    });
+    chart.draw_series(rects).map_err(err)?;
+    if text {
+        let mut x = 0.0;
+        for name in [
+            "Healthy",
+            "Backlogged",
+            "DependencyFailing",
+            "Recovering",
+            "MetricsUnavailable",
+        ] {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(x + t_max * 0.005, 0.68), (x + t_max * 0.02, 0.95)],
+                    regime_color(name).filled(),
+                )))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    name,
+                    (x + t_max * 0.025, 0.97),
+                    ("sans-serif", 13).into_font().color(&BLACK),
+                )))
+                .map_err(err)?;
+            x += t_max * 0.2;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::record::Sample;
+
+    #[test]
+    fn writes_png_and_svg() {
+        let sc = Scenario::load("outage-and-recovery").unwrap();
+        let run = |label: &str, grow: bool| RunRecord {
+            label: label.into(),
+            namespace: label.into(),
+            samples: (0..170u64)
+                .map(|i| {
+                    let t = i as f64;
+                    Sample {
+                        t,
+                        regime: if (30.0..80.0).contains(&t) {
+                            "DependencyFailing".into()
+                        } else {
+                            "Healthy".into()
+                        },
+                        replicas: if grow && t > 40.0 { 10 } else { 2 },
+                        backoff: Some(if (30.0..80.0).contains(&t) { 1.0 } else { 0.0 }),
+                        queue_age: (t - 30.0).clamp(0.0, 50.0),
+                        dep_load: 20.0,
+                        dep_capacity: sc
+                            .dependency
+                            .capacity
+                            .value_at(std::time::Duration::from_secs(i)),
+                        dead_lettered: if grow { i / 10 } else { 0 },
+                        ..Sample::default()
+                    }
+                })
+                .collect(),
+        };
+        let rec = Recording {
+            scenario: sc.name.clone(),
+            wall_secs: 1.0,
+            runs: vec![run(OPERATOR, false), run(HPA_LIKE, true)],
+        };
+        let dir = std::env::temp_dir().join(format!("bp-lab-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write(&sc, &rec, &dir.join("plot")).unwrap();
+        let png = std::fs::metadata(dir.join("plot.png")).unwrap().len();
+        let svg = std::fs::read_to_string(dir.join("plot.svg")).unwrap();
+        assert!(png > 10_000, "{png}");
+        assert!(svg.contains("<svg") && svg.matches("<polyline").count() >= 10);
+        if std::env::var_os("BP_KEEP_PLOT").is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }
