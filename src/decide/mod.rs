@@ -853,7 +853,9 @@ impl<'a> Ctx<'a> {
         let stage = ramp.stage.clamp(1, n.max(1));
         let pct = stage_percent(&stages, stage);
         let target = self.clamp(stage_replicas(ramp.from, ramp.to, pct));
-        let reached = c >= target || self.eff.dry_run;
+        // In DryRun nothing scales, and in Guard mode the guarded autoscaler decides whether to
+        // use the stage's ceiling: the dwell alone advances the ramp.
+        let reached = c >= target || self.eff.dry_run || self.eff.mode == Mode::Guard;
         let next_at = ramp.next_stage_at.as_ref().map(|t| t.0);
         let dwelt = next_at.is_none_or(|t| self.now >= t);
 
@@ -1117,6 +1119,8 @@ impl<'a> Ctx<'a> {
             last_decision,
             policies: (!eff.policies.is_empty()).then(|| eff.policies.clone()),
             overrides,
+            // Guard mode's clamp is reported by the caller after acting; carried until then.
+            guard: prev.and_then(|p| p.guard.clone()),
             conditions: Some(conditions),
         };
         if !suspended
@@ -1332,6 +1336,26 @@ impl<'a> Ctx<'a> {
             ),
         }
 
+        if eff.overrides.is_empty() {
+            b.set(
+                cond::POLICY_LIMITED,
+                CondStatus::False,
+                "WithinLimits",
+                "no BackpressurePolicy limit overrides a value".into(),
+            );
+        } else {
+            b.set(
+                cond::POLICY_LIMITED,
+                CondStatus::True,
+                "LimitsApplied",
+                eff.overrides
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+        }
+
         match &self.obs.config {
             Some(cfg) if cfg.pods_in_sync >= cfg.pods_total => b.set(
                 cond::CONFIG_IN_SYNC,
@@ -1379,6 +1403,17 @@ fn cap_message(mut message: String) -> String {
         message.push('…');
     }
     message
+}
+
+/// The replicas the current stage of `ramp` aims at (within `[minReplicas, maxReplicas]`): the
+/// ceiling Guard mode gives the guarded autoscaler during a ramp.
+pub fn stage_target(effective: &Effective, ramp: &RampStatus) -> i32 {
+    let stages = &effective.scaling.ramp_up.stages;
+    let pct = stage_percent(stages, ramp.stage.clamp(1, count(stages).max(1)));
+    stage_replicas(ramp.from, ramp.to, pct).clamp(
+        effective.scaling.min_replicas,
+        effective.scaling.max_replicas,
+    )
 }
 
 /// Replicas at `pct` percent of the way from `from` to `to`, rounded up.

@@ -784,7 +784,26 @@ fn policy_overrides_are_reported_once() {
         d.status.policies.as_deref(),
         Some(&["platform-limits".to_owned()][..])
     );
-    assert!(w.step(15).events.is_empty());
+    let c = condition(&d.status, cond::POLICY_LIMITED);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "LimitsApplied")
+    );
+    assert!(
+        c.message
+            .contains("spec.worker.setPoint: 0.3 lowered to 0.2 by policy platform-limits")
+    );
+    let again = w.step(15);
+    assert!(again.events.is_empty());
+    assert_eq!(condition(&again.status, cond::POLICY_LIMITED), c);
+
+    // Without overrides the condition says so.
+    let d = World::new(defaults(), 8).step(0);
+    let c = condition(&d.status, cond::POLICY_LIMITED);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "WithinLimits")
+    );
 }
 
 #[test]
@@ -856,6 +875,60 @@ fn guard_mode_decides_but_never_writes_scale() {
     let d = w.step(0);
     assert_eq!((d.desired_replicas, d.action), (14, ScaleOut));
     assert_eq!(d.scale_to(), None, "Guard clamps the autoscaler instead");
+}
+
+#[test]
+fn guard_mode_ramp_advances_on_the_dwell_and_raises_the_ceiling_by_stage() {
+    // The guarded autoscaler decides whether to use each stage's ceiling; the replicas never
+    // move here (nothing scales the target), yet the ramp goes on stage by stage.
+    let mut eff = defaults();
+    eff.mode = backpressure_api::v1alpha1::Mode::Guard;
+    let mut w = World::new(eff, 8);
+    run("into hold", &mut w, &INTO_HOLD);
+    let mut stages = Vec::new();
+    let mut t_stage = Vec::new();
+    for dt in [15, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30] {
+        w.backoff(0.03).queue(Backlog);
+        let d = w.step(dt);
+        assert_eq!(d.scale_to(), None);
+        assert_eq!(w.current, 8);
+        if let Some(r) = d.ramp().filter(|_| d.regime == Recovering) {
+            if stages.last().map(|(s, _)| *s) != Some(r.stage) {
+                stages.push((r.stage, stage_target(&w.eff, r)));
+                t_stage.push(w.t);
+            }
+        }
+    }
+    assert_eq!(stages, vec![(1, 10), (2, 11), (3, 13), (4, 14)]);
+    for pair in t_stage.windows(2) {
+        assert_eq!(pair[1] - pair[0], 60, "one stage per dwell: {t_stage:?}");
+    }
+    let last = w.status.as_ref().unwrap();
+    assert_eq!(last.ramp, None, "the ramp completes: {last:?}");
+    assert_eq!(last.regime, Some(Backlogged));
+}
+
+#[test]
+fn stage_target_respects_the_bounds() {
+    let eff = effective(|s| s.max_replicas = 12);
+    let ramp = RampStatus {
+        stage: 4,
+        of: 4,
+        from: 8,
+        to: 20,
+        stage_started_at: None,
+        next_stage_at: None,
+        aborts: None,
+    };
+    assert_eq!(stage_target(&eff, &ramp), 12);
+    let first = RampStatus {
+        stage: 1,
+        ..ramp.clone()
+    };
+    assert_eq!(stage_target(&eff, &first), 11);
+    // A stage number beyond the configured stages is the last stage.
+    let beyond = RampStatus { stage: 9, ..ramp };
+    assert_eq!(stage_target(&eff, &beyond), 12);
 }
 
 #[test]

@@ -16,17 +16,26 @@ pub const RAMPING: &str = "Ramping";
 pub const METRICS_AVAILABLE: &str = "MetricsAvailable";
 /// Every ready pod runs the current worker configuration.
 pub const CONFIG_IN_SYNC: &str = "ConfigInSync";
+/// A `BackpressurePolicy` limit overrode a value of the object (the values are listed in the
+/// message and in `status.overrides`).
+pub const POLICY_LIMITED: &str = "PolicyLimited";
+/// Guard mode only: the guarded HPA or ScaledObject carries the clamp the decision asks for
+/// (or its original settings when nothing is clamped).
+pub const GUARD_APPLIED: &str = "GuardApplied";
 /// kstatus: the object is still being worked on.
 pub const RECONCILING: &str = "Reconciling";
 /// kstatus: the object cannot make progress without a change.
 pub const STALLED: &str = "Stalled";
 
-/// Every condition type the operator manages on a WorkerBackpressure.
-pub const ALL: [&str; 6] = [
+/// Every condition type the operator manages on a WorkerBackpressure, in the order written.
+/// `GuardApplied` is present in Guard mode only.
+pub const ALL: [&str; 8] = [
     READY,
     DEPENDENCY_HEALTHY,
     SCALE_OUT_HELD,
     RAMPING,
     METRICS_AVAILABLE,
     CONFIG_IN_SYNC,
+    POLICY_LIMITED,
+    GUARD_APPLIED,
 ];

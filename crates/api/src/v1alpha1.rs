@@ -539,10 +539,44 @@ pub struct WorkerBackpressureStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<BTreeMap<String, String>>,
 
-    /// Ready, DependencyHealthy, ScaleOutHeld, Ramping, MetricsAvailable, ConfigInSync.
+    /// Guard mode: the autoscaler the operator clamps and how it is clamped right now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardStatus>,
+
+    /// Ready, DependencyHealthy, ScaleOutHeld, Ramping, MetricsAvailable, ConfigInSync,
+    /// PolicyLimited, and GuardApplied in Guard mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Option<Vec<Condition>>,
+}
+
+/// The guarded autoscaler and its clamp.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardStatus {
+    /// `HorizontalPodAutoscaler` or `ScaledObject`.
+    pub kind: GuardKind,
+    /// Name of the autoscaler in the object's namespace.
+    pub name: String,
+    /// What is clamped now.
+    pub clamp: GuardClamp,
+    /// The replica ceiling during a ramp (the HPA's `maxReplicas`, the ScaledObject's
+    /// `maxReplicaCount`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<i32>,
+}
+
+/// How a guarded autoscaler is clamped.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GuardClamp {
+    /// Nothing: the autoscaler runs with its original settings.
+    #[default]
+    None,
+    /// Scale-out disabled while held: HPA `behavior.scaleUp.selectPolicy: Disabled`, KEDA
+    /// annotation `autoscaling.keda.sh/paused-scale-out: "true"`.
+    ScaleOutDisabled,
+    /// During a ramp: the autoscaler may scale out up to `maxReplicas` only.
+    MaxReplicas,
 }
 
 /// The regimes of the fleet.
