@@ -72,6 +72,8 @@ struct Running {
     ip: Ipv4Addr,
     process: Option<Supervised>,
     stopping: bool,
+    launch: Launch,
+    restarts: u32,
 }
 
 struct State {
@@ -87,6 +89,7 @@ struct State {
 pub struct Kubelet {
     state: Arc<State>,
     task: JoinHandle<()>,
+    restarter: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -125,7 +128,22 @@ impl Kubelet {
         });
         let s = state.clone();
         let task = tokio::spawn(async move { watch_pods(s).await });
-        Ok(Self { state, task })
+        let s = state.clone();
+        let restarter = tokio::spawn(async move { restart_crashed(s).await });
+        Ok(Self {
+            state,
+            task,
+            restarter,
+        })
+    }
+
+    /// Worker processes restarted after they exited on their own.
+    pub fn restarts(&self) -> u32 {
+        self.state
+            .pods
+            .lock()
+            .map(|p| p.values().map(|r| r.restarts).sum())
+            .unwrap_or(0)
     }
 
     /// Worker processes running now.
@@ -136,6 +154,7 @@ impl Kubelet {
     /// Stops watching and stops every worker process.
     pub async fn shutdown(self) {
         self.task.abort();
+        self.restarter.abort();
         let procs: Vec<Supervised> = match self.state.pods.lock() {
             Ok(mut pods) => pods.drain().filter_map(|(_, r)| r.process).collect(),
             Err(_) => Vec::new(),
@@ -294,7 +313,7 @@ async fn start_pod(state: &Arc<State>, ns: &str, name: &str, k: &str) {
         }
         return;
     };
-    let process = match Supervised::spawn(name, &launch.program, &launch.args, &launch.log) {
+    let process = match spawn(name, &launch) {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(pod = %k, error = %e, "kubelet: cannot start the worker");
@@ -311,6 +330,8 @@ async fn start_pod(state: &Arc<State>, ns: &str, name: &str, k: &str) {
                 ip,
                 process: Some(process),
                 stopping: false,
+                launch: launch.clone(),
+                restarts: 0,
             },
         );
     }
@@ -362,6 +383,46 @@ async fn start_pod(state: &Arc<State>, ns: &str, name: &str, k: &str) {
             tracing::debug!(pod = %k, error = %e, "kubelet: status update failed");
         }
     });
+}
+
+fn spawn(name: &str, launch: &Launch) -> Result<Supervised, backpressure_envtest::Error> {
+    Supervised::spawn(name, &launch.program, &launch.args, &launch.log)
+}
+
+/// Restarts worker processes that exited on their own (as a kubelet restarts a container) and
+/// reports the restart count in the pod status.
+async fn restart_crashed(state: Arc<State>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut restarted = Vec::new();
+        if let Ok(mut pods) = state.pods.lock() {
+            for (key, r) in pods.iter_mut() {
+                let dead = !r.stopping && r.process.as_mut().is_some_and(|p| !p.is_running());
+                if !dead {
+                    continue;
+                }
+                let name = key.rsplit('/').next().unwrap_or(key).to_owned();
+                tracing::warn!(pod = %key, "kubelet: worker exited; restarting it");
+                r.process = spawn(&name, &r.launch).ok();
+                r.restarts += 1;
+                restarted.push((key.clone(), r.restarts));
+            }
+        }
+        for (key, restarts) in restarted {
+            let Some((ns, name)) = key.split_once('/') else {
+                continue;
+            };
+            let api: Api<Pod> = Api::namespaced(state.client.clone(), ns);
+            let patch = serde_json::json!({"status": {"containerStatuses": [{
+                "name": "worker", "ready": true, "started": true, "restartCount": restarts,
+                "image": "backpressure-lab/worker", "imageID": "",
+                "state": {"running": {"startedAt": Time(k8s_openapi::jiff::Timestamp::now())}}
+            }]}});
+            let _ = api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+        }
+    }
 }
 
 async fn stop_process(state: &Arc<State>, mut running: Running) {

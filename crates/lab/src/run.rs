@@ -703,12 +703,13 @@ async fn hpa_loop(
     }
 }
 
+/// The live timeline: a progress line, then one line per run.
 fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
     let total = sc.duration.secs();
     let frac = (t / total).clamp(0.0, 1.0);
-    let width = 20;
-    let filled = (frac * f64::from(width)).round() as usize;
-    let bar: String = "#".repeat(filled) + &".".repeat(width as usize - filled);
+    let width = 30usize;
+    let filled = ((frac * width as f64).round() as usize).min(width);
+    let bar: String = "#".repeat(filled) + &"-".repeat(width - filled);
     let phase = sc
         .phases
         .iter()
@@ -716,18 +717,18 @@ fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
         .find(|p| t >= p.from.secs())
         .map(|p| p.name.as_str())
         .unwrap_or("-");
-    let mut line = format!("[{bar}] {t:>4.0}s/{total:.0}s {phase:<9}");
+    let mut out = format!("[{bar}] {t:>4.0}s / {total:.0}s  {phase}");
     for r in runs {
         if let Some(s) = r.record.last() {
-            line.push_str(&format!(
-                " | {:<8} {:<17} rep {:>2}/{:<2} backoff {} age {:>4.0}s depth {:>5} dep {:>3.0}/{:<3.0} dlq {:>3}",
+            out.push_str(&format!(
+                "\n    {:<9} {:<18} replicas {:>2} ready {:>2}  backoff {}  age {:>3.0}s  depth {:>5}  dependency {:>3.0}/{:<3.0} req/s  dlq {:>3}",
                 r.label,
                 s.regime,
-                s.ready,
                 s.replicas,
+                s.ready,
                 s.backoff
                     .map(|b| format!("{b:.2}"))
-                    .unwrap_or_else(|| " -  ".into()),
+                    .unwrap_or_else(|| "  - ".into()),
                 s.queue_age,
                 s.queue_depth,
                 s.dep_load,
@@ -736,7 +737,7 @@ fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
             ));
         }
     }
-    line
+    out
 }
 
 #[cfg(test)]

@@ -93,6 +93,15 @@ async fn pods_become_worker_processes_that_consume_and_accept_only_the_operator(
     let kubeconfig = cluster.kubeconfig().to_path_buf();
     let logs = dir.clone();
     let launcher: backpressure_lab::kubelet::Launcher = Arc::new(move |ns, pod, ip| {
+        if ns == "crashy" {
+            // A worker that exits at once: the stand-in restarts it, as a kubelet would.
+            return Some(Launch {
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), "sleep 0.2; exit 1".into()],
+                log: logs.join(format!("{pod}.log")),
+                ready_port: 9464,
+            });
+        }
         Some(Launch {
             program: exe.clone(),
             args: [
@@ -258,6 +267,14 @@ async fn pods_become_worker_processes_that_consume_and_accept_only_the_operator(
     .await;
     let again: BTreeSet<String> = ready_pods(&pods).await.into_iter().map(|p| p.1).collect();
     assert_eq!(again, ips, "the freed address is reused");
+
+    // A process that exits on its own is restarted.
+    cluster.namespace("crashy").await.unwrap();
+    cluster.create_workload("crashy", "w", 1).await.unwrap();
+    wait_for("restarts of a crashing worker", Duration::from_secs(30), || async {
+        kubelet.restarts() >= 2
+    })
+    .await;
 
     kubelet.shutdown().await;
     redis.stop();
