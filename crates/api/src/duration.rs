@@ -289,6 +289,86 @@ mod tests {
         }
     }
 
+    /// Hostile input (issue 8): any text is either a duration within [`MAX_DURATION`] or an
+    /// error whose message quotes the input, so a user can see what was refused.
+    mod hostile {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One `<number><unit>` group and its length in nanoseconds.
+        fn group() -> impl Strategy<Value = (String, u128)> {
+            (
+                0u64..100_000,
+                proptest::option::of(0u32..1000),
+                prop_oneof![Just("ms"), Just("s"), Just("m"), Just("h")],
+            )
+                .prop_map(|(int, frac, unit)| {
+                    let per: u128 = match unit {
+                        "ms" => 1_000_000,
+                        "s" => 1_000_000_000,
+                        "m" => 60_000_000_000,
+                        _ => 3_600_000_000_000,
+                    };
+                    let mut nanos = u128::from(int) * per;
+                    let text = match frac {
+                        Some(f) => {
+                            // Three fractional digits: f/1000 of a unit.
+                            nanos += u128::from(f) * per / 1000;
+                            format!("{int}.{f:03}{unit}")
+                        }
+                        None => format!("{int}{unit}"),
+                    };
+                    (text, nanos)
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn any_text_parses_within_bounds_or_names_itself_in_the_error(s in "\\PC{0,48}") {
+                match parse_duration(&s) {
+                    Ok(d) => prop_assert!(d <= MAX_DURATION, "{s:?} -> {d:?}"),
+                    Err(DurationError::Empty) => prop_assert!(s.trim().is_empty()),
+                    Err(e) => {
+                        let msg = e.to_string();
+                        prop_assert!(msg.contains(&format!("{s:?}")), "{msg} does not quote {s:?}");
+                    }
+                }
+            }
+
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+                let s = String::from_utf8_lossy(&bytes);
+                let _ = parse_duration(&s);
+                // Through serde, as a manifest field: deserializing never fails on a string,
+                // parsing happens on demand.
+                let d: Duration = serde_json::from_value(serde_json::Value::String(s.into_owned())).unwrap();
+                let _ = d.get();
+            }
+
+            #[test]
+            fn composed_groups_sum_exactly(groups in proptest::collection::vec(group(), 1..5)) {
+                let text: String = groups.iter().map(|(t, _)| t.as_str()).collect();
+                let want: u128 = groups.iter().map(|(_, n)| n).sum();
+                match parse_duration(&text) {
+                    Ok(d) => {
+                        prop_assert_eq!(d.as_nanos(), want, "{}", text);
+                        prop_assert!(pattern_matches(&text));
+                    }
+                    Err(DurationError::TooLong(_)) => prop_assert!(want > MAX_DURATION.as_nanos()),
+                    Err(e) => prop_assert!(false, "{text}: {e}"),
+                }
+            }
+
+            #[test]
+            fn a_sign_or_a_missing_unit_is_refused(n in 0u64..1_000_000, sign in prop_oneof![Just("-"), Just("+")]) {
+                let signed = format!("{sign}{n}s");
+                prop_assert!(matches!(parse_duration(&signed), Err(DurationError::Syntax(_))));
+                let bare = n.to_string();
+                prop_assert!(matches!(parse_duration(&bare), Err(DurationError::Unit(_))));
+            }
+        }
+    }
+
     /// A hand-written matcher for DURATION_PATTERN, so the test does not need a regex crate.
     fn pattern_matches(s: &str) -> bool {
         let b = s.as_bytes();

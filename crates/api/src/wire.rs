@@ -414,4 +414,172 @@ mod tests {
             let _ = WorkerConfig::parse(&bytes);
         }
     }
+
+    /// Hostile payloads (issue 8): a valid document with one field replaced by an arbitrary
+    /// JSON value is either accepted as a valid config (and round-trips) or refused with an
+    /// error that says what is wrong; never a panic, never an accepted out-of-range value.
+    mod hostile {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        const FIELDS: [&str; 11] = [
+            "version",
+            "generation",
+            "hash",
+            "algorithm",
+            "setPoint",
+            "reaction",
+            "maxPermits",
+            "probeInitialMs",
+            "probeMaxMs",
+            "brake",
+            "unexpected",
+        ];
+
+        fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(|n| json!(n)),
+                any::<u64>().prop_map(|n| json!(n)),
+                any::<f64>().prop_map(|f| json!(f)),
+                Just(json!(1e308)),
+                Just(json!(-0.0)),
+                Just(json!(0.5)),
+                Just(json!(u64::MAX)),
+                "\\PC{0,20}".prop_map(Value::String),
+                Just(json!("SetPoint")),
+                Just(json!(WIRE_VERSION)),
+            ];
+            leaf.prop_recursive(3, 16, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    proptest::collection::btree_map(
+                        prop_oneof![
+                            Just("minBackoff".to_owned()),
+                            Just("expiresAtUnix".to_owned()),
+                            "[a-z]{1,8}"
+                        ],
+                        inner,
+                        0..3
+                    )
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// A valid config: every field within its documented range.
+        fn valid_config() -> impl Strategy<Value = WorkerConfig> {
+            (
+                0i64..i64::MAX,
+                prop_oneof![
+                    Just(Algorithm::SetPoint),
+                    Just(Algorithm::RatioThrottle),
+                    Just(Algorithm::Fixed),
+                    Just(Algorithm::Off)
+                ],
+                1e-6f64..0.999_999,
+                1u32..10_000,
+                1u32..10_000,
+                (1u64..1_000_000, 0u64..1_000_000),
+                proptest::option::of((0.0f64..=1.0, proptest::option::of(any::<i64>()))),
+            )
+                .prop_map(
+                    |(
+                        generation,
+                        algorithm,
+                        set_point,
+                        reaction,
+                        max_permits,
+                        (pi, extra),
+                        brake,
+                    )| {
+                        WorkerConfig {
+                            version: WIRE_VERSION.to_owned(),
+                            generation,
+                            hash: String::new(),
+                            algorithm,
+                            set_point,
+                            reaction,
+                            max_permits,
+                            probe_initial_ms: pi,
+                            probe_max_ms: pi + extra,
+                            brake: brake.map(|(min_backoff, expires_at_unix)| BrakeConfig {
+                                min_backoff,
+                                expires_at_unix,
+                            }),
+                        }
+                        .with_hash()
+                    },
+                )
+        }
+
+        proptest! {
+            #[test]
+            fn valid_configs_round_trip_and_tampering_is_detected(cfg in valid_config(), bump in 1u32..100) {
+                let bytes = serde_json::to_vec(&cfg).unwrap();
+                prop_assert!(bytes.len() <= MAX_PAYLOAD_BYTES);
+                prop_assert_eq!(&WorkerConfig::parse(&bytes).unwrap(), &cfg);
+                // Changing the content without the hash is refused as a hash mismatch.
+                let tampered = WorkerConfig { max_permits: cfg.max_permits.saturating_add(bump), ..cfg.clone() };
+                let is_hash_mismatch = matches!(tampered.validate(), Err(ConfigError::Hash { .. }));
+                prop_assert!(is_hash_mismatch);
+                // The generation is not part of the hash: a redelivery with a newer generation
+                // keeps its hash.
+                let later = WorkerConfig { generation: cfg.generation.saturating_add(1), ..cfg.clone() };
+                prop_assert!(later.validate().is_ok());
+            }
+
+            #[test]
+            fn one_hostile_field_is_accepted_validly_or_refused_clearly(
+                field in proptest::sample::select(FIELDS.to_vec()),
+                value in json_value(),
+                drop_hash in any::<bool>(),
+            ) {
+                let mut doc = serde_json::to_value(WorkerConfig::default()).unwrap();
+                if drop_hash {
+                    doc["hash"] = json!("");
+                }
+                doc[field] = value;
+                let bytes = serde_json::to_vec(&doc).unwrap();
+                match WorkerConfig::parse(&bytes) {
+                    Ok(cfg) => {
+                        // Whatever got through is in range, and re-encodes to an equal config.
+                        prop_assert!(cfg.validate().is_ok());
+                        prop_assert!(cfg.set_point > 0.0 && cfg.set_point < 1.0);
+                        prop_assert!(cfg.reaction >= 1 && cfg.max_permits >= 1);
+                        prop_assert!(cfg.probe_initial_ms >= 1 && cfg.probe_max_ms >= cfg.probe_initial_ms);
+                        prop_assert!(cfg.generation >= 0);
+                        if let Some(b) = &cfg.brake {
+                            prop_assert!((0.0..=1.0).contains(&b.min_backoff));
+                        }
+                        let again = WorkerConfig::parse(&serde_json::to_vec(&cfg).unwrap()).unwrap();
+                        prop_assert_eq!(again, cfg);
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        prop_assert!(!msg.is_empty());
+                        match &e {
+                            ConfigError::Field { field: f, .. } => {
+                                prop_assert!(f.starts_with(field) || field == "hash" || field == "generation" || *f == "probeMaxMs", "{field}: {msg}");
+                            }
+                            ConfigError::Malformed(_) => prop_assert!(msg.starts_with("malformed worker config")),
+                            ConfigError::Version(_) => prop_assert_eq!(field, "version"),
+                            ConfigError::Hash { .. } => prop_assert!(!drop_hash || field == "hash"),
+                            ConfigError::TooLarge(_) => prop_assert!(bytes.len() > MAX_PAYLOAD_BYTES),
+                        }
+                    }
+                }
+            }
+
+            #[test]
+            fn oversized_documents_are_refused_before_parsing(pad in 0usize..4096) {
+                let mut doc = serde_json::to_value(WorkerConfig::default()).unwrap();
+                doc["hash"] = json!("x".repeat(MAX_PAYLOAD_BYTES + pad));
+                let bytes = serde_json::to_vec(&doc).unwrap();
+                prop_assert_eq!(WorkerConfig::parse(&bytes), Err(ConfigError::TooLarge(bytes.len())));
+            }
+        }
+    }
 }
