@@ -375,8 +375,15 @@ mod tests {
                 && lines[1].contains("5m"),
             "{t}"
         );
+        // A narrow terminal truncates the name columns (never the numbers).
+        let wide_len = t.lines().map(|l| l.chars().count()).max().unwrap();
         let narrow = status_table(&items, Output::Table, now, 60).unwrap();
-        assert!(narrow.lines().all(|l| l.chars().count() <= 70), "{narrow}");
+        let narrow_len = narrow.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(narrow_len < wide_len, "{narrow}");
+        assert!(
+            narrow.contains("export-…") && narrow.contains("8/8/14"),
+            "{narrow}"
+        );
         let json: serde_json::Value =
             serde_json::from_str(&status_table(&items, Output::Json, now, 80).unwrap()).unwrap();
         assert_eq!(json[0]["regime"], "DependencyFailing");
