@@ -115,15 +115,19 @@ pub struct Sample {
 
 impl Sample {
     /// The value if it is a finite number and not older than `stale_after` at `now_unix`;
-    /// otherwise unknown.
+    /// otherwise unknown. A timestamp that is not a finite number makes the age unknowable,
+    /// so the value is unknown too (a finite timestamp ahead of `now_unix`, clock skew, is
+    /// fresh).
     pub fn fresh_value(&self, now_unix: f64, stale_after: Duration) -> Option<f64> {
         if !self.value.is_finite() {
             return None;
         }
-        if let Some(t) = self.sampled_at
-            && now_unix - t > stale_after.as_secs_f64()
-        {
-            return None;
+        if let Some(t) = self.sampled_at {
+            // Written so that NaN (from either side) counts as stale.
+            let fresh = t.is_finite() && now_unix - t <= stale_after.as_secs_f64();
+            if !fresh {
+                return None;
+            }
         }
         Some(self.value)
     }
@@ -134,6 +138,11 @@ pub type BatchResult = HashMap<(String, String), Sample>;
 
 /// Folds the series of one query response into per-workload samples. Series without both
 /// labels are ignored; the timestamp series (see [`SAMPLE_LABEL`]) is attached to its value.
+///
+/// A workload with more than one value series (a query override that does not aggregate
+/// `by (namespace, workload)`, say one series per pod) is ambiguous: its value is NaN, which
+/// [`Sample::fresh_value`] reads as unknown, rather than whichever series came last. The same
+/// holds for more than one timestamp series: the oldest is kept, so staleness is never hidden.
 pub fn fold_series<'a>(
     series: impl IntoIterator<Item = (&'a HashMap<String, String>, f64)>,
 ) -> BatchResult {
@@ -151,15 +160,22 @@ pub fn fold_series<'a>(
             .get(SAMPLE_LABEL)
             .is_some_and(|v| v == SAMPLE_TIMESTAMP)
         {
-            stamps.insert(key, value);
+            stamps
+                .entry(key)
+                .and_modify(|t| {
+                    // NaN wins (unknown age), then the oldest.
+                    if value.is_nan() || value < *t {
+                        *t = value;
+                    }
+                })
+                .or_insert(value);
         } else {
-            out.insert(
-                key,
-                Sample {
+            out.entry(key)
+                .and_modify(|s| s.value = f64::NAN)
+                .or_insert(Sample {
                     value,
                     sampled_at: None,
-                },
-            );
+                });
         }
     }
     for (key, t) in stamps {
@@ -241,5 +257,154 @@ mod tests {
             None,
             "NaN is unknown, never zero"
         );
+    }
+
+    #[test]
+    fn ambiguous_and_hostile_series_are_unknown_never_zero() {
+        let p0 = labels(&[("namespace", "n"), ("workload", "w"), ("pod", "a")]);
+        let p1 = labels(&[("namespace", "n"), ("workload", "w"), ("pod", "b")]);
+        let r = fold_series([(&p0, 0.0), (&p1, 0.9)]);
+        let s = r[&("n".to_owned(), "w".to_owned())];
+        assert_eq!(
+            s.fresh_value(0.0, Duration::from_secs(60)),
+            None,
+            "two series for one workload are ambiguous"
+        );
+        let v = labels(&[("namespace", "n"), ("workload", "w")]);
+        let ts = labels(&[
+            ("namespace", "n"),
+            ("workload", "w"),
+            (SAMPLE_LABEL, "timestamp"),
+        ]);
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let r = fold_series([(&v, 0.5), (&ts, bad)]);
+            let s = r[&("n".to_owned(), "w".to_owned())];
+            assert_eq!(
+                s.fresh_value(1000.0, Duration::from_secs(60)),
+                None,
+                "timestamp {bad}: the age is unknowable"
+            );
+        }
+        // Two timestamps: the oldest decides.
+        let r = fold_series([(&v, 0.5), (&ts, 990.0), (&ts, 900.0)]);
+        let s = r[&("n".to_owned(), "w".to_owned())];
+        assert_eq!(s.sampled_at, Some(900.0));
+        assert_eq!(s.fresh_value(1000.0, Duration::from_secs(60)), None);
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Label sets drawn from a small alphabet so that keys collide often.
+        fn series() -> impl Strategy<Value = Vec<(HashMap<String, String>, f64)>> {
+            let name = prop_oneof![Just("a"), Just("b"), Just(""), Just("ns-é"), Just("x y")];
+            let labels = (
+                proptest::option::of(name.clone()),
+                proptest::option::of(name),
+                prop_oneof![
+                    3 => Just(None),
+                    2 => Just(Some(SAMPLE_TIMESTAMP)),
+                    1 => Just(Some("other")),
+                ],
+                proptest::option::of("[a-z]{1,3}"),
+            )
+                .prop_map(|(ns, wl, sample, extra)| {
+                    let mut l = HashMap::new();
+                    if let Some(ns) = ns {
+                        l.insert(m::LABEL_NAMESPACE.to_owned(), ns.to_owned());
+                    }
+                    if let Some(wl) = wl {
+                        l.insert(m::LABEL_WORKLOAD.to_owned(), wl.to_owned());
+                    }
+                    if let Some(s) = sample {
+                        l.insert(SAMPLE_LABEL.to_owned(), s.to_owned());
+                    }
+                    if let Some(e) = extra {
+                        l.insert("pod".to_owned(), e);
+                    }
+                    l
+                });
+            let value = prop_oneof![
+                4 => -1e6f64..1e12,
+                1 => Just(f64::NAN),
+                1 => Just(f64::INFINITY),
+                1 => Just(f64::NEG_INFINITY),
+                1 => Just(0.0),
+                1 => any::<f64>(),
+            ];
+            proptest::collection::vec((labels, value), 0..24)
+        }
+
+        fn is_stamp(l: &HashMap<String, String>) -> bool {
+            l.get(SAMPLE_LABEL).is_some_and(|v| v == SAMPLE_TIMESTAMP)
+        }
+
+        fn key(l: &HashMap<String, String>) -> Option<(String, String)> {
+            Some((
+                l.get(m::LABEL_NAMESPACE)?.clone(),
+                l.get(m::LABEL_WORKLOAD)?.clone(),
+            ))
+        }
+
+        proptest! {
+            #[test]
+            fn fold_keeps_exactly_the_labelled_value_series(input in series()) {
+                let out = fold_series(input.iter().map(|(l, v)| (l, *v)));
+                for (k, sample) in &out {
+                    let values: Vec<f64> = input
+                        .iter()
+                        .filter(|(l, _)| !is_stamp(l) && key(l).as_ref() == Some(k))
+                        .map(|(_, v)| *v)
+                        .collect();
+                    prop_assert!(!values.is_empty(), "{k:?} has no value series");
+                    if values.len() == 1 {
+                        prop_assert!(sample.value.to_bits() == values[0].to_bits());
+                    } else {
+                        prop_assert!(sample.value.is_nan(), "ambiguous {k:?} must be unknown");
+                    }
+                    let stamps: Vec<f64> = input
+                        .iter()
+                        .filter(|(l, _)| is_stamp(l) && key(l).as_ref() == Some(k))
+                        .map(|(_, v)| *v)
+                        .collect();
+                    match sample.sampled_at {
+                        None => prop_assert!(stamps.is_empty()),
+                        Some(t) => {
+                            prop_assert!(!stamps.is_empty());
+                            if t.is_nan() {
+                                prop_assert!(stamps.iter().any(|s| s.is_nan()));
+                            } else {
+                                prop_assert!(stamps.iter().all(|s| !s.is_nan() && *s >= t));
+                            }
+                        }
+                    }
+                }
+                for (l, _) in &input {
+                    if let Some(k) = key(l) && !is_stamp(l) {
+                        prop_assert!(out.contains_key(&k));
+                    }
+                }
+            }
+
+            #[test]
+            fn fresh_values_are_finite_and_not_stale(
+                input in series(),
+                now in 0.0f64..2e9,
+                stale in 0u64..600,
+            ) {
+                let stale_after = Duration::from_secs(stale);
+                let out = fold_series(input.iter().map(|(l, v)| (l, *v)));
+                for sample in out.values() {
+                    if let Some(v) = sample.fresh_value(now, stale_after) {
+                        prop_assert!(v.is_finite());
+                        prop_assert_eq!(v.to_bits(), sample.value.to_bits());
+                        if let Some(t) = sample.sampled_at {
+                            prop_assert!(t.is_finite() && now - t <= stale as f64);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -228,25 +228,59 @@ impl Selector {
     }
 }
 
+/// A label key: `[prefix/]name` of letters, digits, `-`, `_` and `.` (the API server checks the
+/// exact DNS rules; this only refuses what cannot be a key, with a message that says so).
+fn label_key(part: &str, key: &str) -> Result<String, String> {
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("empty label key in {part:?}"));
+    }
+    let ok = key.len() <= 317
+        && key.matches('/').count() <= 1
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+    if !ok {
+        return Err(format!("invalid label key {key:?} in {part:?}"));
+    }
+    Ok(key.to_owned())
+}
+
+/// A label value: empty, or up to 63 letters, digits, `-`, `_` and `.`.
+fn label_value(part: &str, value: &str) -> Result<String, String> {
+    let value = value.trim();
+    let ok = value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        return Err(format!("invalid label value {value:?} in {part:?}"));
+    }
+    Ok(value.to_owned())
+}
+
 fn parse_requirement(part: &str) -> Result<Requirement, String> {
     if part.is_empty() {
         return Err("empty requirement".into());
     }
     if let Some(k) = part.strip_prefix('!') {
-        return Ok(Requirement::NotExists(k.trim().to_owned()));
+        return Ok(Requirement::NotExists(label_key(part, k)?));
     }
     if let Some((k, v)) = part.split_once("!=") {
-        return Ok(Requirement::NotEq(k.trim().to_owned(), v.trim().to_owned()));
+        return Ok(Requirement::NotEq(
+            label_key(part, k)?,
+            label_value(part, v)?,
+        ));
     }
     if let Some((k, v)) = part.split_once("==") {
-        return Ok(Requirement::Eq(k.trim().to_owned(), v.trim().to_owned()));
+        return Ok(Requirement::Eq(label_key(part, k)?, label_value(part, v)?));
     }
     if let Some((k, v)) = part.split_once('=') {
-        return Ok(Requirement::Eq(k.trim().to_owned(), v.trim().to_owned()));
+        return Ok(Requirement::Eq(label_key(part, k)?, label_value(part, v)?));
     }
     let words: Vec<&str> = part.splitn(2, char::is_whitespace).collect();
     if words.len() == 2 {
-        let key = words[0].trim().to_owned();
+        let key = label_key(part, words[0])?;
         let rest = words[1].trim();
         let (op, set) = if let Some(s) = rest.strip_prefix("notin") {
             ("notin", s)
@@ -262,16 +296,21 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
             .ok_or_else(|| format!("expected (values) in {part:?}"))?;
         let values: Vec<String> = inner
             .split(',')
-            .map(|v| v.trim().to_owned())
+            .map(|v| label_value(part, v))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
             .filter(|v| !v.is_empty())
             .collect();
+        if values.is_empty() {
+            return Err(format!("empty value set in {part:?}"));
+        }
         return Ok(if op == "in" {
             Requirement::In(key, values)
         } else {
             Requirement::NotIn(key, values)
         });
     }
-    Ok(Requirement::Exists(part.trim().to_owned()))
+    Ok(Requirement::Exists(label_key(part, part)?))
 }
 
 /// A pod of the target as the operator sees it.
@@ -385,10 +424,111 @@ mod tests {
         assert!(Selector::parse("a=b,,c=d").is_err());
     }
 
-    proptest::proptest! {
-        #[test]
-        fn selector_parser_never_panics(s in "\\PC{0,60}") {
-            let _ = Selector::parse(&s);
+    #[test]
+    fn hostile_selectors_are_refused_with_the_offending_part() {
+        for (text, says) in [
+            ("=b", "empty label key"),
+            ("!", "empty label key"),
+            ("a b=c", "invalid label key"),
+            ("a=b c", "invalid label value"),
+            ("a in ()", "empty value set"),
+            ("a in (b", "expected (values)"),
+            (")a=b", "invalid label key"),
+            ("a in (x y)", "invalid label value"),
+            ("a exists", "unknown operator"),
+        ] {
+            let err = Selector::parse(text).unwrap_err();
+            assert!(err.contains(says), "{text:?}: {err}");
+        }
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z][a-z0-9]{0,5}",
+                "[a-z]{1,4}\\.io/[a-z]{1,5}",
+                Just("app".to_owned()),
+                Just("tier".to_owned()),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[a-z0-9]{1,4}",
+                Just("web".to_owned()),
+                Just("a".to_owned())
+            ]
+        }
+
+        fn requirement() -> impl Strategy<Value = Requirement> {
+            prop_oneof![
+                (key(), value()).prop_map(|(k, v)| Requirement::Eq(k, v)),
+                (key(), value()).prop_map(|(k, v)| Requirement::NotEq(k, v)),
+                (key(), proptest::collection::vec(value(), 1..4))
+                    .prop_map(|(k, v)| Requirement::In(k, v)),
+                (key(), proptest::collection::vec(value(), 1..4))
+                    .prop_map(|(k, v)| Requirement::NotIn(k, v)),
+                key().prop_map(Requirement::Exists),
+                key().prop_map(Requirement::NotExists),
+            ]
+        }
+
+        /// The string form the API server writes into `/scale` `status.selector`.
+        fn render(r: &Requirement) -> String {
+            match r {
+                Requirement::Eq(k, v) => format!("{k}={v}"),
+                Requirement::NotEq(k, v) => format!("{k}!={v}"),
+                Requirement::In(k, vs) => format!("{k} in ({})", vs.join(",")),
+                Requirement::NotIn(k, vs) => format!("{k} notin ({})", vs.join(",")),
+                Requirement::Exists(k) => k.clone(),
+                Requirement::NotExists(k) => format!("!{k}"),
+            }
+        }
+
+        /// The meaning of each requirement, written independently of `Selector::matches`.
+        fn holds(r: &Requirement, labels: &BTreeMap<String, String>) -> bool {
+            match r {
+                Requirement::Eq(k, v) => labels.get(k).map(String::as_str) == Some(v.as_str()),
+                Requirement::NotEq(k, v) => labels.get(k).map(String::as_str) != Some(v.as_str()),
+                Requirement::In(k, vs) => labels.get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
+                Requirement::NotIn(k, vs) => {
+                    !labels.get(k).is_some_and(|x| vs.iter().any(|v| v == x))
+                }
+                Requirement::Exists(k) => labels.contains_key(k),
+                Requirement::NotExists(k) => !labels.contains_key(k),
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn selector_parser_never_panics(s in "\\PC{0,60}") {
+                let _ = Selector::parse(&s);
+            }
+
+            #[test]
+            fn selector_parser_never_panics_on_selector_like_text(s in "[a-z!=(), .a-z/-]{0,40}") {
+                match Selector::parse(&s) {
+                    Ok(sel) => prop_assert!(!sel.0.is_empty() || s.trim().is_empty()),
+                    Err(e) => prop_assert!(!e.is_empty()),
+                }
+            }
+
+            #[test]
+            fn rendered_selectors_parse_back_and_match_like_the_api_server(
+                reqs in proptest::collection::vec(requirement(), 1..5),
+                labels in proptest::collection::btree_map(key(), value(), 0..5),
+                spaces in any::<bool>(),
+            ) {
+                let sep = if spaces { ", " } else { "," };
+                let text = reqs.iter().map(render).collect::<Vec<_>>().join(sep);
+                let parsed = Selector::parse(&text).map_err(|e| TestCaseError::fail(format!("{text:?}: {e}")))?;
+                prop_assert_eq!(&parsed.0, &reqs, "{}", text);
+                let want = reqs.iter().all(|r| holds(r, &labels));
+                prop_assert_eq!(parsed.matches(&labels), want);
+            }
         }
     }
 }
