@@ -7,7 +7,11 @@
 //! | [`config_step`] | yes | the worker ConfigMap and config pushes → pods in sync |
 //! | `decide` | no | [`crate::decide::decide`]: regime, replicas, ramp, conditions, events |
 //! | [`scale_step`] | yes | `/scale`, in Active mode only |
+//! | [`guard_step`] | yes | Guard mode: clamp or restore the guarded HPA / ScaledObject ([`act::guard`]) |
 //! | [`report_step`] | yes | server-side-applied status (only when it changed), events |
+//!
+//! A Guard-mode object carries the finalizer [`act::guard::FINALIZER`]: deleting it (or leaving
+//! Guard mode) first restores the guarded autoscaler's original settings.
 //!
 //! A no-op reconcile writes nothing: every write is preceded by a comparison with what is
 //! already there.
@@ -15,8 +19,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{
-    ConfigStatus, Mode, WorkerBackpressure, WorkerBackpressureStatus,
+    ConfigStatus, GuardClamp, GuardKind, Mode, WorkerBackpressure, WorkerBackpressureStatus,
 };
 use backpressure_api::wire::WorkerConfig;
 use k8s_openapi::jiff::Timestamp;
@@ -25,7 +30,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource as _, ResourceExt as _};
 
 use crate::FIELD_MANAGER;
-use crate::act::{self, Note, configmap};
+use crate::act::{self, Note, configmap, guard};
 use crate::annotations;
 use crate::controller::Context;
 use crate::decide::{self, Observation};
@@ -52,6 +57,12 @@ pub enum ReconcileError {
     /// Rendering failed.
     #[error("rendering: {0}")]
     Render(#[source] serde_json::Error),
+    /// Restoring or clamping the guarded autoscaler failed in a way worth retrying soon.
+    #[error("guard: {0}")]
+    Guard(#[source] guard::GuardError),
+    /// Adding or removing the guard finalizer failed.
+    #[error("guard finalizer: {0}")]
+    Finalizer(#[source] kube::Error),
 }
 
 /// Requeue after `base` plus up to 10% derived from the object's UID (stable per object,
@@ -72,6 +83,11 @@ pub async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let timer = ctx.metrics.reconcile_timer();
     let ns = wbp.namespace().ok_or(ReconcileError::NoNamespace)?;
+    if wbp.metadata.deletion_timestamp.is_some() {
+        let action = finalize(&wbp, &ctx, &ns).await?;
+        timer.success();
+        return Ok(action);
+    }
     let now = Timestamp::now();
     let action = match resolve_step(&wbp, &ctx, &ns, now) {
         Err(err) => report_invalid(&wbp, &ctx, &ns, &err, now).await?,
@@ -212,11 +228,188 @@ async fn reconcile_effective(
     ctx.metrics.decision(decision.regime, decision.action);
     scale_step(wbp, ctx, ns, eff, &target, &decision).await?;
     notes.extend(decision.events.iter().map(Note::from));
-    report_step(wbp, ctx, ns, decision.status, previous, &notes).await?;
+    let hold_until = manual.hold_until.map(|t| t.to_string());
+    let clamp = guard::clamp_for(eff, &decision, hold_until.as_deref());
+    let requeue_after = decision.requeue_after;
+    let mut status = decision.status;
+    guard_step(wbp, ctx, ns, eff, clamp, &mut status, &mut notes, now).await?;
+    report_step(wbp, ctx, ns, status, previous, &notes).await?;
     Ok(Action::requeue(jitter(
-        decision.requeue_after.min(ctx.settings.requeue_interval),
+        requeue_after.min(ctx.settings.requeue_interval),
         wbp,
     )))
+}
+
+/// Step 5b (client), Guard mode: bring the guarded autoscaler to the clamp the decision asks
+/// for (`clamp`; `None` leaves it as it is), record it in `status.guard` and the
+/// `GuardApplied` condition, and keep the finalizer on. In any other mode: restore whatever
+/// this object clamped and drop the finalizer.
+#[allow(clippy::too_many_arguments)]
+pub async fn guard_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    eff: &Effective,
+    clamp: Option<guard::ClampPlan>,
+    status: &mut WorkerBackpressureStatus,
+    notes: &mut Vec<Note>,
+    now: Timestamp,
+) -> Result<(), ReconcileError> {
+    let owner = wbp.name_any();
+    let previous = wbp.status.as_ref();
+    let prev_guard = previous.and_then(|s| s.guard.clone());
+    let guard_ref = eff.guard.as_ref().filter(|_| eff.mode == Mode::Guard);
+    let Some(guard_ref) = guard_ref else {
+        if guard::has_finalizer(wbp) || prev_guard.is_some() {
+            for (kind, name) in guard::guarded_refs(wbp) {
+                if guard::release(&ctx.client, ns, kind, &name, &owner)
+                    .await
+                    .map_err(ReconcileError::Guard)?
+                {
+                    notes.push(Note {
+                        warning: false,
+                        reason: "GuardReleased".into(),
+                        action: "Guard".into(),
+                        message: format!(
+                            "{kind:?} {name}: original settings restored (mode is {:?})",
+                            eff.mode
+                        ),
+                    });
+                }
+            }
+            guard::set_finalizer(&ctx.client, wbp, false)
+                .await
+                .map_err(ReconcileError::Finalizer)?;
+        }
+        status.guard = None;
+        return Ok(());
+    };
+    guard::set_finalizer(&ctx.client, wbp, true)
+        .await
+        .map_err(ReconcileError::Finalizer)?;
+    // The guard moved to another autoscaler: give the old one its settings back first.
+    if let Some(old) = &prev_guard
+        && (old.kind, old.name.as_str()) != (guard_ref.kind, guard_ref.name.as_str())
+        && guard::release(&ctx.client, ns, old.kind, &old.name, &owner)
+            .await
+            .map_err(ReconcileError::Guard)?
+    {
+        notes.push(Note {
+            warning: false,
+            reason: "GuardReleased".into(),
+            action: "Guard".into(),
+            message: format!(
+                "{:?} {}: original settings restored (spec.guard now names {:?} {})",
+                old.kind, old.name, guard_ref.kind, guard_ref.name
+            ),
+        });
+    }
+    let Some(plan) = clamp else {
+        // Suspended: the autoscaler is left as it is; status and condition stay as they were.
+        return Ok(());
+    };
+    let (kind, name) = (guard_ref.kind, guard_ref.name.as_str());
+    match guard::sync(&ctx.client, ns, kind, name, &owner, plan.clamp).await {
+        Ok(synced) => {
+            let (reason, what) = match (synced.status.clamp, kind) {
+                (GuardClamp::None, _) => ("NotClamped", "runs with its original settings".into()),
+                (GuardClamp::ScaleOutDisabled, GuardKind::HorizontalPodAutoscaler) => (
+                    "ScaleOutDisabled",
+                    "has behavior.scaleUp.selectPolicy Disabled".to_owned(),
+                ),
+                (GuardClamp::ScaleOutDisabled, GuardKind::ScaledObject) => (
+                    "ScaleOutDisabled",
+                    format!("has annotation {}: \"true\"", guard::KEDA_PAUSED_SCALE_OUT),
+                ),
+                (GuardClamp::MaxReplicas, GuardKind::HorizontalPodAutoscaler) => (
+                    "MaxReplicasClamped",
+                    format!(
+                        "has maxReplicas {}",
+                        synced.status.max_replicas.unwrap_or_default()
+                    ),
+                ),
+                (GuardClamp::MaxReplicas, GuardKind::ScaledObject) => (
+                    "MaxReplicasClamped",
+                    format!(
+                        "has maxReplicaCount {}",
+                        synced.status.max_replicas.unwrap_or_default()
+                    ),
+                ),
+            };
+            let message = format!("{kind:?} {name} {what}: {}", plan.why);
+            if synced.changed {
+                notes.push(Note {
+                    warning: false,
+                    reason: if synced.status.clamp == GuardClamp::None {
+                        "GuardReleased".into()
+                    } else {
+                        "GuardClamped".into()
+                    },
+                    action: "Guard".into(),
+                    message: message.clone(),
+                });
+            }
+            status.guard = Some(synced.status);
+            decide::set_condition(
+                status,
+                previous,
+                cond::GUARD_APPLIED,
+                true,
+                reason,
+                message,
+                now,
+            );
+        }
+        // Someone changed the autoscaler between the read and the patch: read again soon.
+        Err(e) if e.is_conflict() => return Err(ReconcileError::Guard(e)),
+        Err(e) => {
+            let message = e.to_string();
+            let unchanged = previous
+                .and_then(|p| p.conditions.as_deref())
+                .and_then(|c| c.iter().find(|c| c.type_ == cond::GUARD_APPLIED))
+                .is_some_and(|c| c.status == "False" && c.message == message);
+            if !unchanged {
+                notes.push(Note {
+                    warning: true,
+                    reason: e.reason().into(),
+                    action: "Guard".into(),
+                    message: message.clone(),
+                });
+            }
+            decide::set_condition(
+                status,
+                previous,
+                cond::GUARD_APPLIED,
+                false,
+                e.reason(),
+                message,
+                now,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The object is being deleted: restore what it clamped, then drop the finalizer.
+async fn finalize(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Action, ReconcileError> {
+    if !guard::has_finalizer(wbp) {
+        return Ok(Action::await_change());
+    }
+    let owner = wbp.name_any();
+    for (kind, name) in guard::guarded_refs(wbp) {
+        guard::release(&ctx.client, ns, kind, &name, &owner)
+            .await
+            .map_err(ReconcileError::Guard)?;
+    }
+    guard::set_finalizer(&ctx.client, wbp, false)
+        .await
+        .map_err(ReconcileError::Finalizer)?;
+    tracing::info!(namespace = ns, name = %owner, "guarded autoscaler restored; finalizer removed");
+    Ok(Action::await_change())
 }
 
 /// Step 3 (client): render the worker configuration into the owned ConfigMap and push it to

@@ -1,7 +1,8 @@
-//! Acting (I/O, idempotent): the target's `/scale`, the worker ConfigMap, config pushes, and
-//! events. Nothing is written when nothing changed.
+//! Acting (I/O, idempotent): the target's `/scale`, the worker ConfigMap, config pushes, the
+//! guarded HPA or ScaledObject in Guard mode, and events. Nothing is written when nothing changed.
 
 pub mod configmap;
+pub mod guard;
 pub mod push;
 
 use kube::runtime::events::{Event, EventType, Recorder};

@@ -73,15 +73,17 @@ impl<'a> Builder<'a> {
     }
 
     pub(super) fn build(mut self) -> Vec<Condition> {
-        let rank = |t: &str| {
-            cond::ALL
-                .iter()
-                .position(|a| *a == t)
-                .unwrap_or(cond::ALL.len())
-        };
         self.out.sort_by_key(|c| rank(&c.type_));
         self.out
     }
+}
+
+/// Position of a condition type in the written order ([`cond::ALL`], others last).
+pub(super) fn rank(type_: &str) -> usize {
+    cond::ALL
+        .iter()
+        .position(|a| *a == type_)
+        .unwrap_or(cond::ALL.len())
 }
 
 /// The condition of `type_` in `conditions`.

@@ -59,7 +59,7 @@
 
 mod conditions;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod proptests;
 pub mod sizing;
@@ -269,6 +269,38 @@ pub fn decide(
         }
     };
     cx.finish(out, &fleet)
+}
+
+/// Sets one condition the caller owns (Guard mode's `GuardApplied`) in `status`, with Kubernetes
+/// semantics: `lastTransitionTime` is kept from `previous` while the condition's status is
+/// unchanged, so an unchanged world writes an identical status.
+pub fn set_condition(
+    status: &mut WorkerBackpressureStatus,
+    previous: Option<&WorkerBackpressureStatus>,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) {
+    let value = if value { "True" } else { "False" };
+    let last_transition_time = previous
+        .and_then(|p| p.conditions.as_deref())
+        .and_then(|c| conditions::find(c, type_))
+        .filter(|c| c.status == value)
+        .map_or(Time(truncate(now)), |c| c.last_transition_time.clone());
+    let new = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: type_.to_owned(),
+        status: value.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: status.observed_generation,
+        last_transition_time,
+    };
+    let list = status.conditions.get_or_insert_with(Vec::new);
+    list.retain(|c| c.type_ != type_);
+    list.push(new);
+    list.sort_by_key(|c| conditions::rank(&c.type_));
 }
 
 /// Status and events for an object whose configuration does not resolve: `Ready=False` and

@@ -892,11 +892,11 @@ fn guard_mode_ramp_advances_on_the_dwell_and_raises_the_ceiling_by_stage() {
         let d = w.step(dt);
         assert_eq!(d.scale_to(), None);
         assert_eq!(w.current, 8);
-        if let Some(r) = d.ramp().filter(|_| d.regime == Recovering) {
-            if stages.last().map(|(s, _)| *s) != Some(r.stage) {
-                stages.push((r.stage, stage_target(&w.eff, r)));
-                t_stage.push(w.t);
-            }
+        if let Some(r) = d.ramp().filter(|_| d.regime == Recovering)
+            && stages.last().map(|(s, _)| *s) != Some(r.stage)
+        {
+            stages.push((r.stage, stage_target(&w.eff, r)));
+            t_stage.push(w.t);
         }
     }
     assert_eq!(stages, vec![(1, 10), (2, 11), (3, 13), (4, 14)]);
