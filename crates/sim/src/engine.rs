@@ -246,10 +246,14 @@ impl<'a> Simulation<'a> {
         let wheel_len = (max_latency_ticks + 2) as usize;
         let scrape_every = to_ticks(s.autoscaler.scrape.secs());
         let sync_every = to_ticks(s.autoscaler.sync.secs());
-        // Decisions fall between scrapes (on a whole second: the operator truncates `now`).
-        let sync_offset = ((sync_every / 2) / ticks_per_sec) * ticks_per_sec;
-        let mut next_decision = sync_offset.max(1);
         let rate_window = (s.autoscaler.rate_window.secs().round() as usize).max(1);
+        // Decisions fall between scrapes (on a whole second: the operator truncates `now`),
+        // starting once a full rate window of metrics exists (the fleet is taken to have been
+        // running before the simulation starts; a half-filled window would understate the
+        // completion rate against arrivals).
+        let sync_offset = ((sync_every / 2) / ticks_per_sec) * ticks_per_sec;
+        let warm_up = (rate_window as u64 * ticks_per_sec).div_ceil(scrape_every) * scrape_every;
+        let mut next_decision = warm_up + sync_offset.max(1);
         let settings = self.settings();
         let max_permits = settings.max_permits;
         let processing = s.workers.processing;

@@ -56,6 +56,9 @@ enum Command {
         /// Print every decision of the autoscaler.
         #[arg(long)]
         decisions: bool,
+        /// Print the per-second samples from FROM to TO seconds as CSV (`FROM:TO`).
+        #[arg(long, value_name = "FROM:TO")]
+        samples: Option<String>,
     },
 }
 
@@ -80,7 +83,8 @@ fn main() -> Result<()> {
             policy,
             compress,
             decisions,
-        } => run_cmd(&scenario, policy, compress, decisions),
+            samples,
+        } => run_cmd(&scenario, policy, compress, decisions, samples.as_deref()),
     }
 }
 
@@ -160,7 +164,15 @@ fn run_cmd(
     policy: Option<String>,
     compress: Option<f64>,
     decisions: bool,
+    samples: Option<&str>,
 ) -> Result<()> {
+    let window = match samples {
+        Some(w) => {
+            let (a, b) = w.split_once(':').context("--samples wants FROM:TO")?;
+            Some((a.parse::<usize>()?, b.parse::<usize>()?))
+        }
+        None => None,
+    };
     let mut s = Scenario::load(scenario).context("loading the scenario")?;
     if let Some(f) = compress {
         if !(f > 0.0 && f <= 1.0) {
@@ -186,6 +198,31 @@ fn run_cmd(
             out.events as f64 / wall / 1e6
         );
         println!("{sum:#?}");
+        if let Some((a, b)) = window {
+            println!(
+                "t,arrivals,attempts,failures,completed,dead_lettered,queue_age,depth,in_flight,desired,ready,pods,backoff,capacity,throttled,regime"
+            );
+            for (i, x) in out.samples.iter().enumerate().take(b).skip(a) {
+                println!(
+                    "{i},{},{},{},{},{},{:.1},{},{},{},{},{},{:.3},{:.1},{},{}",
+                    x.arrivals,
+                    x.attempts,
+                    x.failures,
+                    x.completed,
+                    x.dead_lettered,
+                    x.queue_age,
+                    x.depth,
+                    x.in_flight,
+                    x.desired,
+                    x.ready,
+                    x.pods,
+                    x.backoff,
+                    x.capacity,
+                    x.throttled,
+                    x.regime.map_or("", |r| r.as_str())
+                );
+            }
+        }
         if decisions {
             for d in &out.decisions {
                 println!(

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::engine::{RunOutput, SimError, Simulation};
 use crate::metrics::{Summary, summarize};
-use crate::policy::{BP_KEDA, BP_OURS, GREEDY_KEDA, POLICIES};
+use crate::policy::{BP_OURS, GREEDY_KEDA, POLICIES};
 use crate::scenario::{Scenario, Target, TargetMetric, Timeline};
 
 /// One run and its summary.
@@ -274,8 +274,11 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
         });
         let _ = writeln!(
             md,
-            "Scenario file `{}` (seed {}): {} simulated, tick {} ms; fleet {}..{} pods (starting \
-             at {}), {} permits per pod, set point {}; incident window {}; {} failure episodes.\n",
+            "Scenario file `{}` (seed {}): {} simulated in {} ms ticks. Fleet {}..{} pods \
+             (starting at {}, {} s startup), {} permits per pod, set point {}. Producer {} msg/s \
+             at the start; dependency {} req/s, {} background failures, calls {} ms (success) / \
+             {} ms (failure) plus {} ms of local work; redelivery after {} s, DLQ after {} \
+             deliveries. Incident window {}; {} failure episodes.\n",
             s.source.as_deref().unwrap_or(&s.name),
             s.seed,
             secs(s.duration.secs()),
@@ -283,8 +286,17 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
             s.fleet.min_replicas,
             s.fleet.max_replicas,
             s.fleet.replicas,
+            s.fleet.startup_delay.secs(),
             s.workers.max_permits,
             pct(s.workers.set_point),
+            s.producer.rate,
+            s.dependency.capacity,
+            pct(s.dependency.noise),
+            (s.dependency.latency.mean.secs() * 1000.0).round(),
+            (s.dependency.failure_latency.mean.secs() * 1000.0).round(),
+            (s.workers.processing.mean.secs() * 1000.0).round(),
+            s.queue.visibility_timeout.secs(),
+            s.queue.max_receives,
             incident,
             tl.episodes().len()
         );
@@ -359,10 +371,9 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
                     format!(
                         "{}{}",
                         secs(m.held_secs),
-                        opt(m.held_fraction_incident, |f| format!(
-                            " ({} of incident)",
-                            pct(f)
-                        ))
+                        m.held_fraction_incident
+                            .map(|f| format!(" ({} of incident)", pct(f)))
+                            .unwrap_or_default()
                     )
                 } else {
                     "—".into()
@@ -377,12 +388,11 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
             );
         }
         let _ = writeln!(md);
-        let keda = &r.runs[index_of(BP_KEDA)];
+        let produced = r.runs.first().map_or(0, |x| x.output.produced);
         let _ = writeln!(
             md,
-            "Messages produced: {}. Backpressure + KEDA-like reached {} replicas.\n",
-            count(keda.output.produced),
-            keda.summary.max_replicas
+            "Messages produced: {} (the same arrivals for every policy).\n",
+            count(produced)
         );
     }
     md
@@ -395,18 +405,18 @@ A fixed-step (100 ms) model with exact per-message delivery counts; see the modu
 `crates/sim/src/engine.rs` for the step and its error. Per scenario:
 
 - **Producer**: Poisson arrivals at a rate that changes in steps and surges.
-- **Queue**: at-least-once; a failed delivery becomes visible again 30 s after the failure; a \
-  message whose 5th delivery fails goes to the DLQ. Receives take visible redeliveries first \
-  (oldest first), then new messages. *First-attempt age* is the age of the oldest message not \
-  yet delivered once.
+- **Queue**: at-least-once; a failed delivery becomes visible again a visibility timeout after \
+  the failure; a message whose last allowed delivery fails goes to the DLQ. Receives take \
+  visible redeliveries first (oldest first), then new messages. *First-attempt age* is the age \
+  of the oldest message not yet delivered once.
 - **Workers**: pods that poll every tick with the permits their own controller grants (the real \
   `SetPoint` controller of `backpressure-worker` for backpressure workers, `Off` for greedy \
-  ones; each pod has its own seeded instance), process each message in 200 ms (log-normal) plus \
-  one dependency call, and start polling 30 s after they are created.
+  ones; each pod has its own seeded instance), do some local work and one dependency call per \
+  message, and start polling a startup delay after they are created.
 - **Dependency**: a token bucket at the capacity (requests/s, 1 s burst) shared by the fleet: \
   calls above capacity fail; outages fail calls outright (hard: all; partial/spikes: a \
-  fraction), capacity may come back linearly; 0.5 % background failures (3 % in scenario 5); \
-  calls take 800 ms (log-normal) when they succeed and 200 ms when they fail.
+  fraction), capacity may come back linearly; background failures at a fixed rate; calls take \
+  longer when they succeed than when they fail. The numbers are listed per scenario below.
 - **Autoscalers**, every 15 s on metrics scraped every 15 s (rates over 60 s): \
   *static* (the initial replicas); *KEDA-like*: the HPA algorithm on the first-attempt age with \
   a `Value` target of 60 s, tolerance 0.1, scale-up max(+100 %, +4 pods) per 15 s, scale-down \
