@@ -25,6 +25,9 @@ use crate::observe::prometheus::MetricsHub;
 use crate::observe::target::KindCache;
 use crate::reconcile::{self, ReconcileError};
 
+/// How often BackpressurePolicy statuses are recomputed (and a brake's expiry noticed).
+pub const POLICY_STATUS_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Settings the reconciler needs from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -237,6 +240,15 @@ pub async fn run(
         }
     });
 
+    // Each BackpressurePolicy's status: matched objects, brake, Ready (written on change).
+    let policy_status = tokio::spawn(crate::policy_status::run(
+        client.clone(),
+        policies.clone(),
+        store.clone(),
+        namespaces.clone(),
+        POLICY_STATUS_INTERVAL,
+    ));
+
     // Keep the side reflectors running.
     let side = futures::stream::select_all(vec![
         pod_stream.map(|_| ()).boxed(),
@@ -313,6 +325,7 @@ pub async fn run(
             }
         })
         .await;
+    policy_status.abort();
     metrics.set_leader(false);
     if lost.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(RunError::LeaderLost);

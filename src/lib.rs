@@ -5,6 +5,7 @@
 //!   simulator;
 //! - [`resolve`]: the pure precedence of spec, policies and defaults;
 //! - [`observe`], [`act`], [`reconcile`]: the I/O around them, as named steps;
+//! - [`policy_status`]: what each BackpressurePolicy applies to, in its status;
 //! - [`controller`], [`leader`], [`admin`], [`metrics`], [`telemetry`], [`cli`]: the runtime.
 
 pub mod act;
@@ -17,6 +18,7 @@ pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod plugin;
+pub mod policy_status;
 pub mod reconcile;
 pub mod resolve;
 pub mod telemetry;
