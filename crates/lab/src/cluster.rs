@@ -39,9 +39,10 @@ pub struct Cluster {
     bin: PathBuf,
 }
 
-/// The repository root.
+/// The repository root (canonical).
 pub fn repo_root() -> PathBuf {
-    backpressure_envtest::repo_root()
+    let root = backpressure_envtest::repo_root();
+    root.canonicalize().unwrap_or(root)
 }
 
 impl Cluster {

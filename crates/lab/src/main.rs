@@ -187,8 +187,10 @@ fn finish(sc: &Scenario, report: &Report, out: &std::path::Path) -> anyhow::Resu
         out.display()
     );
     println!(
-        "wall time: {:.0} s{}",
+        "wall time: {:.0} s ({:.0} s building the operator, {:.0} s scenario){}",
         rec.wall_secs,
+        report.build_secs,
+        sc.duration.secs(),
         if report.interrupted {
             " (interrupted)"
         } else {

@@ -85,6 +85,8 @@ pub struct Report {
     pub operator_pending: Option<String>,
     /// True when stopped early by Ctrl-C.
     pub interrupted: bool,
+    /// Seconds spent building the operator binary (part of the wall time).
+    pub build_secs: f64,
 }
 
 struct RunCtx {
@@ -164,7 +166,14 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     // The operator, if it can run.
     let mut operator_pending = None;
     let mut operator_bin = None;
+    let build_started = Instant::now();
     if opts.with_operator {
+        if opts.build_operator && std::env::var_os("CARGO").is_some() {
+            say(
+                show,
+                "lab: building the operator (cargo build -p backpressure-operator) ...",
+            );
+        }
         match crate::operator::find_binary(opts.build_operator).await {
             Ok(bin) => match crate::operator::check_run_subcommand(&bin).await {
                 Ok(()) => operator_bin = Some(bin),
@@ -175,6 +184,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     } else {
         operator_pending = Some("disabled with --no-operator".into());
     }
+    let build_secs = build_started.elapsed().as_secs_f64();
     let mut namespaces: Vec<(&'static str, &'static str)> = Vec::new();
     if operator_bin.is_some() {
         namespaces.push((OPERATOR, OPERATOR_RUN_NS));
@@ -469,6 +479,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         checks,
         operator_pending,
         interrupted,
+        build_secs,
     })
 }
 

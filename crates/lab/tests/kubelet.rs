@@ -271,9 +271,11 @@ async fn pods_become_worker_processes_that_consume_and_accept_only_the_operator(
     // A process that exits on its own is restarted.
     cluster.namespace("crashy").await.unwrap();
     cluster.create_workload("crashy", "w", 1).await.unwrap();
-    wait_for("restarts of a crashing worker", Duration::from_secs(30), || async {
-        kubelet.restarts() >= 2
-    })
+    wait_for(
+        "restarts of a crashing worker",
+        Duration::from_secs(30),
+        || async { kubelet.restarts() >= 2 },
+    )
     .await;
 
     kubelet.shutdown().await;
