@@ -1,6 +1,9 @@
 //! One SVG per scenario: first-attempt queue age, replicas, fleet backoff, and dependency load
 //! against capacity over time, one line per policy.
 //!
+//! Failure episodes (outages and error spikes, and the capacity ramp after them) are shaded in
+//! light red, darker for a higher failure probability.
+//!
 //! Lines, grid and frames are drawn with `plotters`' SVG backend; the text (titles, tick
 //! labels, legend) is written as plain SVG `<text>` elements, so rendering the plot needs no
 //! font file at build or run time (the viewer's sans-serif font is used).
@@ -10,7 +13,7 @@ use std::fmt::Write as _;
 use plotters::prelude::*;
 
 use crate::engine::{RunOutput, Sample};
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, Timeline};
 
 /// Why a plot could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +111,7 @@ pub fn render(scenario: &Scenario, runs: &[RunOutput]) -> Result<String, PlotErr
             f64::from(s.attempts)
         }),
     ];
+    let timeline = Timeline::new(scenario);
     let height = TOP + 4 * PANEL_H + 3 * GAP + 40;
     let hours = scenario.duration.secs() / 3600.0;
     let n = runs.iter().map(|r| r.samples.len()).max().unwrap_or(0);
@@ -147,6 +151,18 @@ pub fn render(scenario: &Scenario, runs: &[RunOutput]) -> Result<String, PlotErr
             let mut chart = ChartBuilder::on(&area)
                 .build_cartesian_2d(0.0..hours, 0.0..ymax)
                 .map_err(err)?;
+            // Failure episodes (outages, spikes) as a light red band, darker when deeper.
+            for e in timeline.episodes() {
+                let (a, b) = (e.start / 3600.0, (e.end + e.recovery) / 3600.0);
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(a, 0.0), (b.min(hours), ymax)],
+                        RGBColor(214, 39, 40)
+                            .mix(0.06 + 0.12 * e.failure.clamp(0.0, 1.0))
+                            .filled(),
+                    )))
+                    .map_err(err)?;
+            }
             let grey = RGBColor(225, 225, 225);
             let ystep = nice_step(ymax, 5.0);
             let mut y = 0.0;
@@ -226,7 +242,10 @@ pub fn render(scenario: &Scenario, runs: &[RunOutput]) -> Result<String, PlotErr
         y: 24,
         anchor: "start",
         size: 17,
-        text: format!("{} (seed {})", scenario.title, scenario.seed),
+        text: format!(
+            "{} (seed {}) — shaded: dependency failure episodes and capacity ramps",
+            scenario.title, scenario.seed
+        ),
         color: "#000".into(),
         bold: true,
     });
