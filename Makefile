@@ -30,7 +30,7 @@ deps: ## Install system packages (Prometheus, Redis) if missing
 	@command -v $(CARGO) >/dev/null || { echo "deps: Rust (cargo) is required"; exit 1; }
 
 .PHONY: k8s-bins
-k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm (cached by version)
+k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm, Prometheus (cached by version)
 	@tools/k8s/build.sh >/dev/null
 
 .PHONY: crds
@@ -61,7 +61,11 @@ test: deps k8s-bins lint manifests ## Install what is needed, lint, and run ever
 
 .PHONY: demo
 demo: deps k8s-bins ## Run the lab's default scenario with real processes
-	BP_K8S_BIN=$(K8S_BIN) $(CARGO) run --release --locked -p backpressure-lab -- demo
+	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus $(CARGO) run --release --locked -p backpressure-lab -- demo
+
+.PHONY: e2e
+e2e: deps k8s-bins ## The lab's three scenarios, asserting the recorded checks
+	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus $(CARGO) test --release --locked -p backpressure-lab --test e2e -- --ignored --test-threads=1
 
 .PHONY: bench
 bench: ## Simulator scenario report (docs/sim-report.md) and worker micro-benchmarks

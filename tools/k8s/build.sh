@@ -1,61 +1,105 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kubectl, etcd and helm from the
-# Go module proxy into a cache directory outside the repository, keyed by version.
-# A second run with the binaries present is a no-op.
+# Builds kube-apiserver, kube-controller-manager, kubectl, etcd, helm and Prometheus from the Go
+# module proxy into a cache directory outside the repository, each component keyed by its
+# version, and prints (last line) a directory holding all of them. A second run with the
+# binaries present is a no-op.
 #
 #   tools/k8s/build.sh            # prints the bin directory on its last line
 #   BP_CACHE=/some/dir tools/k8s/build.sh
+#
+# Components (each a wrapper Go module with a committed go.sum):
+#   tools/k8s/go.mod             k8s.io/kubernetes + go.etcd.io/etcd/server/v3
+#   tools/k8s/helm/go.mod        helm.sh/helm/v3 (Debian has no helm)
+#   tools/k8s/prometheus/go.mod  github.com/prometheus/prometheus (Debian's lacks kubernetes_sd)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-k8s_version=$(sed -n 's/^[[:space:]]*\(require \)\{0,1\}k8s.io\/kubernetes v\([^ ]*\).*/\2/p' "$here/go.mod")
-etcd_version=$(sed -n 's/^[[:space:]]*go.etcd.io\/etcd\/server\/v3 v\([^ ]*\).*/\1/p' "$here/go.mod")
-helm_version=$(sed -n 's/^[[:space:]]*\(require \)\{0,1\}helm.sh\/helm\/v3 v\([^ ]*\).*/\2/p' "$here/helm/go.mod")
-key="k8s-${k8s_version}_etcd-${etcd_version}_helm-${helm_version}"
-cache=${BP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/backpressure-operator}
-out="$cache/$key/bin"
-bins=(kube-apiserver kube-controller-manager kubectl etcd helm)
-
-have_all() {
-  for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
+version_of() { # module go.mod -> version
+  sed -n "s|^[[:space:]]*\(require \)\{0,1\}$1 v\([^ ]*\).*|\2|p" "$2" | head -n1
 }
+k8s_version=$(version_of k8s.io/kubernetes "$here/go.mod")
+etcd_version=$(version_of go.etcd.io/etcd/server/v3 "$here/go.mod")
+helm_version=$(version_of helm.sh/helm/v3 "$here/helm/go.mod")
+prom_version=$(version_of github.com/prometheus/prometheus "$here/prometheus/go.mod")
+cache=${BP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/backpressure-operator}
 
-if have_all; then
-  echo "k8s-bins: up to date ($key)" >&2
-  echo "$out"
-  exit 0
-fi
-
-command -v go >/dev/null || { echo "k8s-bins: Go is required (https://go.dev/dl) to build the control plane" >&2; exit 1; }
+k8s_key="k8s-${k8s_version}_etcd-${etcd_version}_helm-${helm_version}"
+prom_key="prometheus-${prom_version}"
+k8s_out="$cache/$k8s_key/bin"
+prom_out="$cache/$prom_key/bin"
+all_out="$cache/bin-${k8s_key}_${prom_key}"
 
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
-tmp="$cache/$key/tmp.$$"
-mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
 
-minor=${k8s_version#*.}; minor=${minor%%.*}
-vp=k8s.io/component-base/version
-ldflags="-s -w -X $vp.gitVersion=v$k8s_version -X $vp.gitMajor=1 -X $vp.gitMinor=$minor \
+have() { # dir bins...
+  local dir=$1; shift
+  for b in "$@"; do [ -x "$dir/$b" ] || return 1; done
+}
+
+need_go() {
+  command -v go >/dev/null || { echo "k8s-bins: Go is required (https://go.dev/dl) to build $1" >&2; exit 1; }
+}
+
+build_k8s() {
+  have "$k8s_out" kube-apiserver kube-controller-manager kubectl etcd helm && return 0
+  need_go "the control plane"
+  local tmp="$cache/$k8s_key/tmp.$$" start minor vp ldflags
+  mkdir -p "$tmp"
+  start=$(date +%s)
+  echo "k8s-bins: building $k8s_key (cold: about 7-15 min on 2 cores)" >&2
+  minor=${k8s_version#*.}; minor=${minor%%.*}
+  vp=k8s.io/component-base/version
+  ldflags="-s -w -X $vp.gitVersion=v$k8s_version -X $vp.gitMajor=1 -X $vp.gitMinor=$minor \
 -X $vp.gitTreeState=clean -X $vp.buildDate=1970-01-01T00:00:00Z \
 -X $vp.gitCommit=0000000000000000000000000000000000000000"
+  (
+    cd "$here"
+    go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
+      k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kubectl
+    go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+  )
+  (
+    cd "$here/helm"
+    local hv=helm.sh/helm/v3/internal/version
+    go build -trimpath -ldflags "-s -w -X $hv.version=v$helm_version -X $hv.gitTreeState=clean" \
+      -o "$tmp/helm" helm.sh/helm/v3/cmd/helm
+  )
+  mkdir -p "$k8s_out"
+  for b in kube-apiserver kube-controller-manager kubectl etcd helm; do mv "$tmp/$b" "$k8s_out/$b"; done
+  rm -rf "$tmp"
+  echo "k8s-bins: $k8s_key built in $(( $(date +%s) - start ))s" >&2
+}
 
-start=$(date +%s)
-echo "k8s-bins: building $key into $out (cold: about 15-25 min on 2 cores)" >&2
-(
-  cd "$here"
-  go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl
-  go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
-)
-(
-  cd "$here/helm"
-  hv=helm.sh/helm/v3/internal/version
-  go build -trimpath -ldflags "-s -w -X $hv.version=v$helm_version -X $hv.gitTreeState=clean" \
-    -o "$tmp/helm" helm.sh/helm/v3/cmd/helm
-)
-mkdir -p "$out"
-for b in "${bins[@]}"; do mv "$tmp/$b" "$out/$b"; done
-echo "k8s-bins: built in $(( $(date +%s) - start ))s" >&2
-echo "$out"
+build_prometheus() {
+  have "$prom_out" prometheus && return 0
+  need_go "Prometheus"
+  local tmp="$cache/$prom_key/tmp.$$" start pv
+  mkdir -p "$tmp"
+  start=$(date +%s)
+  echo "k8s-bins: building $prom_key (cold: about 5-10 min on 2 cores)" >&2
+  pv=github.com/prometheus/common/version
+  (
+    cd "$here/prometheus"
+    go build -trimpath \
+      -ldflags "-s -w -X $pv.Version=module-v$prom_version -X $pv.Branch=go-module-proxy -X $pv.Revision=v$prom_version" \
+      -o "$tmp/prometheus" github.com/prometheus/prometheus/cmd/prometheus
+  )
+  mkdir -p "$prom_out"
+  mv "$tmp/prometheus" "$prom_out/prometheus"
+  rm -rf "$tmp"
+  echo "k8s-bins: $prom_key built in $(( $(date +%s) - start ))s" >&2
+}
+
+build_k8s
+build_prometheus
+
+# One directory with every binary (symlinks into the keyed component directories).
+if ! have "$all_out" kube-apiserver kube-controller-manager kubectl etcd helm prometheus; then
+  mkdir -p "$all_out"
+  for b in kube-apiserver kube-controller-manager kubectl etcd helm; do ln -sfn "$k8s_out/$b" "$all_out/$b"; done
+  ln -sfn "$prom_out/prometheus" "$all_out/prometheus"
+fi
+echo "k8s-bins: up to date ($k8s_key, $prom_key)" >&2
+echo "$all_out"
