@@ -5,7 +5,8 @@
 --   Progressing  status missing, or metadata.generation not yet observed by the operator;
 --                Ramping=True (a staged ramp is running); Reconciling=True; Ready missing or
 --                Unknown; Ready=False with a progressing reason (see below)
---   Degraded     Stalled=True; Ready=False with any other reason
+--   Degraded     Stalled=True; GuardApplied=False (Guard mode cannot clamp the guarded
+--                autoscaler); Ready=False with any other reason
 --   Suspended    spec.suspend is true and observed
 --   Healthy      Ready=True for the current generation
 --
@@ -87,6 +88,13 @@ local stalled = condition(conditions, "Stalled")
 if stalled ~= nil and stalled.status == "True" then
   hs.status = "Degraded"
   hs.message = describe(stalled)
+  return hs
+end
+
+local guard = condition(conditions, "GuardApplied")
+if guard ~= nil and guard.status == "False" then
+  hs.status = "Degraded"
+  hs.message = describe(guard)
   return hs
 end
 

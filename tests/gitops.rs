@@ -1,0 +1,1193 @@
+//! GitOps correctness: what kstatus (Flux, kpt, cli-utils appliers) and Argo CD's health check
+//! (`config/argocd/health.lua`) make of a WorkerBackpressure in each state, and that the operator
+//! writes only the fields `config/argocd/README.md` says it writes.
+//!
+//! - kstatus is the real thing: `tools/kstatus` wraps `sigs.k8s.io/cli-utils` kstatus
+//!   `status.Compute` (built once by `tools/kstatus/build.sh` into the binary cache; needs Go,
+//!   as the control plane does). Override with `BP_KSTATUS=/path/to/kstatus`.
+//! - health.lua runs in `lua5.1` (Debian package `lua5.1`; Argo CD runs gopher-lua, a Lua 5.1)
+//!   inside a sandbox that mirrors Argo CD's: only the base, table and os libraries, no string
+//!   or math library, not even as string methods. Override with `BP_LUA=/path/to/lua`.
+//!   A missing interpreter fails the tests; nothing is skipped.
+//! - The objects are real: statuses written by the real operator binary (as its ServiceAccount)
+//!   read back from the real API server, and statuses computed by the operator's pure `decide`.
+//!
+//! The live tests share one operator-wide resource (the operator watches all namespaces), so
+//! they run one at a time under a process-wide lock.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+
+mod common;
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use backpressure_api::WorkerBackpressure;
+use backpressure_api::conditions as cond;
+use backpressure_api::v1alpha1::{Regime, WorkerBackpressureSpec, WorkerBackpressureStatus};
+use backpressure_envtest::{Prometheus, TestEnv, repo_root};
+use backpressure_operator::FIELD_MANAGER;
+use backpressure_operator::act::guard;
+use backpressure_operator::annotations;
+use backpressure_operator::decide::{self, FleetMetrics, Observation};
+use backpressure_operator::resolve::{self, FieldError, ResolveError};
+use common::fleet::{FakeFleet, FleetKnobs};
+use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
+use common::pods;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource as _;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---------------------------------------------------------------------------------------------
+// kstatus and health.lua runners
+
+/// The kstatus checker: `$BP_KSTATUS`, or built (once, cached) by tools/kstatus/build.sh.
+fn kstatus_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("BP_KSTATUS") {
+            return PathBuf::from(p);
+        }
+        let script = repo_root().join("tools/kstatus/build.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "{} failed: the kstatus check needs Go (as `make k8s-bins` does) or BP_KSTATUS",
+            script.display()
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        PathBuf::from(text.lines().last().unwrap().trim())
+    })
+    .clone()
+}
+
+/// kstatus `status.Compute` of each object: (status, message).
+fn kstatus(objects: &[Value]) -> Vec<(String, String)> {
+    let mut child = Command::new(kstatus_bin())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(objects).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kstatus: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(results.len(), objects.len());
+    results
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_str().unwrap().to_owned(),
+                r["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn lua_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("BP_LUA") {
+        return PathBuf::from(p);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("lua5.1"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "lua5.1 not found on PATH: install the Debian package `lua5.1` (`make deps` \
+                 does) or set BP_LUA; the Argo CD health check cannot be tested without it"
+            )
+        })
+}
+
+/// A Lua expression building `v` (JSON null becomes nil, as Argo CD's decodeValue does).
+fn lua_literal(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("nil"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::String(s) => lua_string(s, out),
+        Value::Array(items) => {
+            out.push('{');
+            for i in items {
+                lua_literal(i, out);
+                out.push_str(", ");
+            }
+            out.push('}');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (k, v) in map {
+                out.push('[');
+                lua_string(k, out);
+                out.push_str("] = ");
+                lua_literal(v, out);
+                out.push_str(", ");
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn lua_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            // Control characters as decimal escapes; other characters (UTF-8 included) as is,
+            // since Lua strings are bytes.
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\{:03}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Runs config/argocd/health.lua on `obj` as Argo CD does: global `obj`, only the base, table
+/// and (safe) os libraries. Returns (status, message).
+fn argocd_health(obj: &Value) -> (String, String) {
+    let health = repo_root().join("config/argocd/health.lua");
+    let mut literal = String::new();
+    lua_literal(obj, &mut literal);
+    let script = format!(
+        r#"
+local obj = {literal}
+local env = {{}}
+for _, k in ipairs({{"assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget",
+  "rawset", "select", "setmetatable", "getmetatable", "tonumber", "tostring", "type", "unpack",
+  "xpcall", "_VERSION"}}) do
+  env[k] = _G[k]
+end
+env.table = table
+env.os = {{ time = os.time, date = os.date, clock = os.clock }}
+env.obj = obj
+env._G = env
+local chunk = assert(loadfile({path}))
+setfenv(chunk, env)
+-- Argo CD's VM does not open the string library: no string methods either.
+local string_mt = getmetatable("")
+string_mt.__index = nil
+local ok, hs = pcall(chunk)
+string_mt.__index = string
+if not ok then
+  io.stderr:write("health.lua failed: " .. tostring(hs) .. "\n")
+  os.exit(2)
+end
+if type(hs) ~= "table" then
+  io.stderr:write("health.lua returned a " .. type(hs) .. ", not a table\n")
+  os.exit(3)
+end
+io.write(tostring(hs.status), "\n", tostring(hs.message), "\n")
+"#,
+        path = {
+            let mut p = String::new();
+            lua_string(&health.display().to_string(), &mut p);
+            p
+        }
+    );
+    let out = Command::new(lua_bin())
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(script.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lua: {}\nobject: {obj}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (status, message) = text.split_once('\n').unwrap();
+    let status = status.to_owned();
+    assert!(
+        [
+            "Healthy",
+            "Progressing",
+            "Degraded",
+            "Suspended",
+            "Missing",
+            "Unknown"
+        ]
+        .contains(&status.as_str()),
+        "Argo CD rejects health status {status:?}"
+    );
+    (status, message.trim_end().to_owned())
+}
+
+#[test]
+fn lua_literals_round_trip_through_lua() {
+    // The JSON → Lua conversion, checked by Lua itself.
+    let v = json!({"a": [1, 2.5, "x\"y\\z\n"], "b": null, "c": {"d": true}, "é": "≤"});
+    let mut lit = String::new();
+    lua_literal(&v, &mut lit);
+    let script = format!(
+        "local v = {lit}\nio.write(#v.a, '|', v.a[2], '|', v.a[3], '|', tostring(v.b), '|', tostring(v.c.d), '|', v['é'])"
+    );
+    let out = Command::new(lua_bin())
+        .args(["-e", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "3|2.5|x\"y\\z\n|nil|true|≤"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Samples computed by the operator's own pure decision core
+
+fn base_spec() -> Value {
+    json!({
+        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
+        "metrics": {
+            "prometheus": {"address": "http://127.0.0.1:9", "timeout": "2s"},
+            "workload": "w",
+            "rateWindow": "5s",
+            "staleAfter": "10s",
+        },
+        "scaling": {
+            "minReplicas": 1,
+            "maxReplicas": 20,
+            "targetQueueAge": "10s",
+            "hold": {"backoffAbove": 0.2, "for": "2s"},
+            "release": {"backoffBelow": 0.05, "for": "2s"},
+            "scaleUp": {"maxPods": 2, "maxPercent": 50, "period": "3s"},
+            "scaleDown": {"maxPercent": 10, "period": "60s", "stabilization": "60s"},
+            "rampUp": {"stages": [50, 100], "dwell": "30s", "abortAbove": 0.3},
+        },
+    })
+}
+
+fn object(generation: i64, spec: &Value, status: Option<&WorkerBackpressureStatus>) -> Value {
+    let mut o = json!({
+        "apiVersion": "backpressure.dev/v1alpha1",
+        "kind": "WorkerBackpressure",
+        "metadata": {"name": "w", "namespace": "shop", "generation": generation, "uid": "u"},
+        "spec": spec,
+    });
+    if let Some(s) = status {
+        o["status"] = serde_json::to_value(s).unwrap();
+    }
+    o
+}
+
+fn healthy_fleet() -> FleetMetrics {
+    FleetMetrics {
+        backoff: Some(0.0),
+        failure_rate: Some(0.0),
+        queue_age: Some(100.0),
+        queue_depth: Some(1000.0),
+        arrival_rate: Some(100.0),
+        completion_rate: Some(20.0),
+    }
+}
+
+fn failing_fleet() -> FleetMetrics {
+    FleetMetrics {
+        backoff: Some(0.6),
+        failure_rate: Some(0.4),
+        ..healthy_fleet()
+    }
+}
+
+/// Runs `decide` once a second like the operator does, feeding back status and replicas,
+/// until `until` holds for the status (at most 10 minutes of simulated time).
+struct Drive {
+    spec: WorkerBackpressureSpec,
+    now: Timestamp,
+    replicas: i32,
+    status: Option<WorkerBackpressureStatus>,
+}
+
+impl Drive {
+    fn new(spec: &Value) -> Drive {
+        Drive {
+            spec: serde_json::from_value(spec.clone()).unwrap(),
+            now: "2026-11-30T10:00:00Z".parse().unwrap(),
+            replicas: 4,
+            status: None,
+        }
+    }
+
+    fn step(&mut self, fleet: FleetMetrics) {
+        let eff = resolve::resolve(&self.spec, &[], self.now).unwrap();
+        let obs = Observation {
+            now: self.now,
+            generation: Some(1),
+            current_replicas: self.replicas,
+            ready_pods: self.replicas,
+            fleet,
+            metrics_error: None,
+            config: None,
+        };
+        let d = decide::decide(&eff, self.status.as_ref(), &obs);
+        if let Some(to) = d.scale_to() {
+            self.replicas = to;
+        }
+        self.status = Some(d.status);
+        self.now = Timestamp::from_second(self.now.as_second() + 1).unwrap();
+    }
+
+    fn until(
+        &mut self,
+        fleet: FleetMetrics,
+        what: &str,
+        done: impl Fn(&WorkerBackpressureStatus) -> bool,
+    ) -> WorkerBackpressureStatus {
+        for _ in 0..600 {
+            self.step(fleet.clone());
+            if done(self.status.as_ref().unwrap()) {
+                return self.status.clone().unwrap();
+            }
+        }
+        panic!("decide never reached {what}: {:?}", self.status);
+    }
+}
+
+fn has(s: &WorkerBackpressureStatus, t: &str, v: &str) -> bool {
+    s.conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == t && c.status == v)
+}
+
+/// Each state of a WorkerBackpressure: what kstatus and the Argo CD health check make of it.
+/// This table is the contract documented in config/argocd/README.md.
+#[test]
+fn kstatus_and_argocd_health_of_every_state_decide_produces() {
+    let spec = base_spec();
+    let now: Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
+    let mut d = Drive::new(&spec);
+    let reconciled = d.until(healthy_fleet(), "Ready=True", |s| {
+        has(s, cond::READY, "True")
+    });
+    let held = d.until(failing_fleet(), "the hold", |s| {
+        s.regime == Some(Regime::DependencyFailing)
+    });
+    let ramping = d.until(healthy_fleet(), "a ramp", |s| has(s, cond::RAMPING, "True"));
+    let unavailable = Drive::new(&spec).until(FleetMetrics::default(), "no metrics", |s| {
+        s.regime == Some(Regime::MetricsUnavailable)
+    });
+    let mut suspended_spec = spec.clone();
+    suspended_spec["suspend"] = json!(true);
+    let suspended = Drive::new(&suspended_spec).until(healthy_fleet(), "Suspended", |s| {
+        s.regime == Some(Regime::Suspended)
+    });
+    let error = ResolveError {
+        errors: vec![FieldError {
+            field: "spec.scaling.rampUp.abortAbove".into(),
+            message: "rampUp.abortAbove 0.04 must be above release.backoffBelow 0.05".into(),
+        }],
+    };
+    let (invalid, _) = decide::invalid_spec(Some(&reconciled), Some(1), &error, now);
+    let (missing_target, _) = decide::target_unavailable(
+        Some(&reconciled),
+        Some(1),
+        "TargetNotFound",
+        "deployments.apps \"w\" not found",
+        now,
+    );
+    let mut guard_failed = reconciled.clone();
+    decide::set_condition(
+        &mut guard_failed,
+        Some(&reconciled),
+        cond::GUARD_APPLIED,
+        false,
+        "GuardTargetNotFound",
+        "HorizontalPodAutoscaler w not found".into(),
+        now,
+    );
+    let mut no_conditions = WorkerBackpressureStatus {
+        observed_generation: Some(1),
+        ..Default::default()
+    };
+    no_conditions.conditions = None;
+
+    struct Case {
+        name: &'static str,
+        object: Value,
+        kstatus: &'static str,
+        argocd: &'static str,
+        argocd_message: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "created, not reconciled yet (no status)",
+            object: object(1, &spec, None),
+            // kstatus cannot tell a CR without status from a reconciled one.
+            kstatus: "Current",
+            argocd: "Progressing",
+            argocd_message: "Waiting for the operator",
+        },
+        Case {
+            name: "status without conditions",
+            object: object(1, &spec, Some(&no_conditions)),
+            kstatus: "Current",
+            argocd: "Progressing",
+            argocd_message: "Waiting for condition Ready",
+        },
+        Case {
+            name: "reconciled",
+            object: object(1, &spec, Some(&reconciled)),
+            kstatus: "Current",
+            argocd: "Healthy",
+            argocd_message: "regime Backlogged",
+        },
+        Case {
+            name: "spec changed, not observed yet",
+            object: object(2, &spec, Some(&reconciled)),
+            kstatus: "InProgress",
+            argocd: "Progressing",
+            argocd_message: "observe generation 2",
+        },
+        Case {
+            name: "scale-out held (the operator doing its job)",
+            object: object(1, &spec, Some(&held)),
+            kstatus: "Current",
+            argocd: "Healthy",
+            argocd_message: "regime DependencyFailing",
+        },
+        Case {
+            name: "staged ramp in progress",
+            object: object(1, &spec, Some(&ramping)),
+            // decide writes Ready=True and no Reconciling condition during a ramp.
+            kstatus: "Current",
+            argocd: "Progressing",
+            argocd_message: "Ramp stage 1 of 2",
+        },
+        Case {
+            name: "metrics unavailable",
+            object: object(1, &spec, Some(&unavailable)),
+            kstatus: "InProgress",
+            argocd: "Degraded",
+            argocd_message: "MetricsUnavailable",
+        },
+        Case {
+            name: "invalid spec",
+            object: object(1, &spec, Some(&invalid)),
+            kstatus: "Failed",
+            argocd: "Degraded",
+            argocd_message: "InvalidSpec: invalid configuration: spec.scaling.rampUp.abortAbove",
+        },
+        Case {
+            name: "target missing",
+            object: object(1, &spec, Some(&missing_target)),
+            kstatus: "InProgress",
+            argocd: "Degraded",
+            argocd_message: "TargetNotFound",
+        },
+        Case {
+            name: "Guard mode cannot clamp its autoscaler",
+            object: object(1, &spec, Some(&guard_failed)),
+            // Ready stays True: kstatus sees nothing wrong (reported to the lead).
+            kstatus: "Current",
+            argocd: "Degraded",
+            argocd_message: "GuardTargetNotFound: HorizontalPodAutoscaler w not found",
+        },
+        Case {
+            name: "suspended",
+            object: object(1, &suspended_spec, Some(&suspended)),
+            kstatus: "Current",
+            argocd: "Suspended",
+            argocd_message: "spec.suspend",
+        },
+    ];
+    let objects: Vec<Value> = cases.iter().map(|c| c.object.clone()).collect();
+    let computed = kstatus(&objects);
+    let mut wrong = Vec::new();
+    for (c, (ks, ks_msg)) in cases.iter().zip(&computed) {
+        let (argo, argo_msg) = argocd_health(&c.object);
+        if ks != c.kstatus {
+            wrong.push(format!(
+                "{}: kstatus {ks} ({ks_msg}), expected {}",
+                c.name, c.kstatus
+            ));
+        }
+        if argo != c.argocd || !argo_msg.contains(c.argocd_message) {
+            wrong.push(format!(
+                "{}: Argo CD {argo} ({argo_msg}), expected {} containing {:?}",
+                c.name, c.argocd, c.argocd_message
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The fixed spec removes Stalled: decide never carries it over.
+    let mut d = Drive::new(&spec);
+    d.status = Some(invalid);
+    let fixed = d.until(healthy_fleet(), "recovery from the invalid spec", |s| {
+        has(s, cond::READY, "True")
+    });
+    assert!(
+        !fixed
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == cond::STALLED),
+        "Stalled survived a valid reconcile: {fixed:?}"
+    );
+    assert_eq!(kstatus(&[object(1, &spec, Some(&fixed))])[0].0, "Current");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A live world: namespace, Deployment `w`, fake pods, a fake fleet scraped by Prometheus, the
+// operator binary.
+
+async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, diag: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            let log = std::fs::read_to_string(diag).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\noperator log:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+struct World {
+    env: &'static TestEnv,
+    client: kube::Client,
+    ns: String,
+    prom: Prometheus,
+    fleet: FakeFleet,
+    _pods: Vec<pods::FakePod>,
+    operator: Option<Operator>,
+}
+
+impl World {
+    /// The world, with the Deployment `w` applied by `git_manager` (no `spec.replicas`).
+    async fn new(prefix: &str, pod_count: usize, git_manager: &str) -> World {
+        let env = TestEnv::shared();
+        let client = env.client().unwrap();
+        common::install_crds(&client).await;
+        let ns = env.namespace(prefix).await.unwrap();
+        let w = World {
+            env,
+            client: client.clone(),
+            ns: ns.clone(),
+            prom: Prometheus::start().unwrap(),
+            fleet: FakeFleet::start(&ns, "w", pod_count),
+            _pods: Vec::new(),
+            operator: None,
+        };
+        w.apply_deployment(git_manager).await.unwrap();
+        let mut fake = Vec::new();
+        for i in 0..pod_count {
+            fake.push(pods::start(env, &ns, "w", i).await);
+        }
+        w.prom.set_targets(&[w.fleet.target()]).unwrap();
+        World { _pods: fake, ..w }
+    }
+
+    /// What Git holds for the worker Deployment: everything but `spec.replicas`.
+    async fn apply_deployment(&self, manager: &str) -> Result<(), kube::Error> {
+        let d = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "w", "labels": {"team": "shop"}},
+            "spec": {
+                "selector": {"matchLabels": {"app": "w"}},
+                "template": {
+                    "metadata": {"labels": {"app": "w"}},
+                    "spec": {"containers": [{"name": "worker", "image": "worker:test"}]}
+                }
+            }
+        });
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &self.ns);
+        api.patch("w", &PatchParams::apply(manager), &Patch::Apply(&d))
+            .await
+            .map(|_| ())
+    }
+
+    /// Applies a WorkerBackpressure `name` = base spec merged with `patch`, as `manager`
+    /// (without force: a conflict with the operator's fields is an error).
+    async fn apply(&self, name: &str, manager: &str, patch: Value) -> Result<(), kube::Error> {
+        let mut spec = base_spec();
+        spec["metrics"]["prometheus"]["address"] = json!(self.prom.url());
+        merge(&mut spec, patch);
+        let obj = json!({
+            "apiVersion": "backpressure.dev/v1alpha1",
+            "kind": "WorkerBackpressure",
+            "metadata": {"name": name, "labels": {"team": "shop"}},
+            "spec": spec,
+        });
+        self.wbps()
+            .patch(name, &PatchParams::apply(manager), &Patch::Apply(&obj))
+            .await
+            .map(|_| ())
+    }
+
+    fn wbps(&self) -> Api<WorkerBackpressure> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// The object exactly as the API server returns it (no typed round trip).
+    async fn raw(&self, name: &str) -> Value {
+        let ar = ApiResource::erase::<WorkerBackpressure>(&());
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &self.ns, &ar);
+        serde_json::to_value(api.get(name).await.unwrap()).unwrap()
+    }
+
+    async fn start_operator(&mut self) {
+        self.operator = Some(Operator::start(self.env, &self.prom.url(), &[]).await);
+    }
+
+    fn stop_operator(&mut self) {
+        if let Some(mut op) = self.operator.take() {
+            op.process.stop();
+        }
+    }
+
+    fn log_path(&self) -> String {
+        self.operator
+            .as_ref()
+            .map(|o| o.process.log().display().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Waits until the object's status satisfies `f` (observed at the current generation).
+    async fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        f: impl Fn(&WorkerBackpressureStatus) -> bool,
+    ) -> Value {
+        let log = self.log_path();
+        wait_for(Duration::from_secs(60), what, &log, || async {
+            let raw = self.raw(name).await;
+            let w: WorkerBackpressure = serde_json::from_value(raw.clone()).unwrap();
+            let s = w.status.clone().unwrap_or_default();
+            (s.observed_generation == w.metadata.generation && f(&s)).then_some(raw)
+        })
+        .await
+    }
+
+    async fn cleanup(mut self) {
+        self.stop_operator();
+        let _ = self.wbps().delete("w", &DeleteParams::default()).await;
+    }
+}
+
+fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (b, p) => *b = p,
+    }
+}
+
+fn failing(k: &mut FleetKnobs) {
+    k.backoff = 0.6;
+    k.failure_rate = 0.4;
+    k.queue_age = 200.0;
+    k.queue_depth = 2000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 10.0;
+}
+
+fn backlog(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.queue_age = 100.0;
+    k.queue_depth = 1000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 20.0;
+}
+
+/// Asserts kstatus and Argo CD's verdicts on a real object.
+fn expect(state: &str, obj: &Value, want_kstatus: &str, want_argocd: &str) {
+    let (ks, ks_msg) = kstatus(std::slice::from_ref(obj)).remove(0);
+    let (argo, argo_msg) = argocd_health(obj);
+    assert!(
+        ks == want_kstatus && argo == want_argocd,
+        "{state}: kstatus {ks} ({ks_msg}), Argo CD {argo} ({argo_msg}); expected {want_kstatus} \
+         and {want_argocd}\nobject: {}",
+        serde_json::to_string_pretty(obj).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn real_objects_compute_as_current_in_progress_and_failed() {
+    let _serial = serial();
+    let mut w = World::new("kstatus", 2, "kustomize-controller").await;
+    w.apply("w", "kustomize-controller", json!({}))
+        .await
+        .unwrap();
+
+    // Before the operator has seen it: no status.
+    let obj = w.raw("w").await;
+    assert!(obj.get("status").is_none_or(Value::is_null), "{obj}");
+    expect("created", &obj, "Current", "Progressing");
+
+    // Reconciled.
+    w.start_operator().await;
+    let obj = w
+        .wait_status("w", "Ready=True", |s| has(s, cond::READY, "True"))
+        .await;
+    expect("reconciled", &obj, "Current", "Healthy");
+
+    // A spec change the operator has not observed (operator stopped).
+    w.stop_operator();
+    w.apply(
+        "w",
+        "kustomize-controller",
+        json!({"scaling": {"maxReplicas": 19}}),
+    )
+    .await
+    .unwrap();
+    let obj = w.raw("w").await;
+    assert_eq!(obj["metadata"]["generation"], 2, "{obj}");
+    assert_eq!(obj["status"]["observedGeneration"], 1, "{obj}");
+    expect("generation not observed", &obj, "InProgress", "Progressing");
+
+    // An invalid spec (passes the CRD's schema and rules, fails resolution: the ramp's abort
+    // threshold below the release threshold): Stalled → Failed.
+    w.apply(
+        "w",
+        "kustomize-controller",
+        json!({"scaling": {"rampUp": {"abortAbove": 0.04}}}),
+    )
+    .await
+    .unwrap();
+    w.start_operator().await;
+    let obj = w
+        .wait_status("w", "Stalled=True", |s| has(s, cond::STALLED, "True"))
+        .await;
+    expect("invalid spec", &obj, "Failed", "Degraded");
+
+    // Fixed: Stalled disappears from the list (server-side apply of the whole list).
+    w.apply("w", "kustomize-controller", json!({}))
+        .await
+        .unwrap();
+    let obj = w
+        .wait_status("w", "Ready=True after the fix", |s| {
+            has(s, cond::READY, "True")
+        })
+        .await;
+    assert!(
+        !obj["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == cond::STALLED),
+        "Stalled left behind: {obj}"
+    );
+    expect("fixed", &obj, "Current", "Healthy");
+
+    // Prometheus down: MetricsUnavailable, Ready=False.
+    w.prom.stop();
+    let obj = w
+        .wait_status("w", "MetricsUnavailable", |s| {
+            s.regime == Some(Regime::MetricsUnavailable)
+        })
+        .await;
+    expect("metrics unavailable", &obj, "InProgress", "Degraded");
+    w.prom.start_again().unwrap();
+
+    // The dependency fails: scale-out held. Healthy and Current: the operator does its job.
+    w.fleet.set(failing);
+    let obj = w
+        .wait_status("w", "the hold", |s| {
+            s.regime == Some(Regime::DependencyFailing)
+        })
+        .await;
+    expect("held", &obj, "Current", "Healthy");
+
+    // Recovery: a staged ramp (stage 1 of 2 dwells 30s).
+    w.fleet.set(backlog);
+    let obj = w
+        .wait_status("w", "Ramping=True", |s| has(s, cond::RAMPING, "True"))
+        .await;
+    expect("ramping", &obj, "Current", "Progressing");
+
+    // Suspended.
+    w.apply("w", "kustomize-controller", json!({"suspend": true}))
+        .await
+        .unwrap();
+    let obj = w
+        .wait_status("w", "Suspended", |s| s.regime == Some(Regime::Suspended))
+        .await;
+    expect("suspended", &obj, "Current", "Suspended");
+
+    // A second object whose target does not exist.
+    w.apply(
+        "ghost",
+        "kustomize-controller",
+        json!({"targetRef": {"name": "nothing-here"}}),
+    )
+    .await
+    .unwrap();
+    let obj = w
+        .wait_status("ghost", "TargetNotFound", |s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == cond::READY && c.reason == "TargetNotFound")
+        })
+        .await;
+    expect("target missing", &obj, "InProgress", "Degraded");
+    let _ = w.wbps().delete("ghost", &DeleteParams::default()).await;
+    w.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the operator writes
+
+/// The managed-fields entries of `manager` (all of them, with their field sets as JSON).
+fn entries_of<'a>(mf: &'a [ManagedFieldsEntry], manager: &str) -> Vec<&'a ManagedFieldsEntry> {
+    mf.iter()
+        .filter(|e| e.manager.as_deref() == Some(manager))
+        .collect()
+}
+
+fn owns(e: &ManagedFieldsEntry, path: &[&str]) -> bool {
+    let mut v = e.fields_v1.as_ref().map(|f| &f.0).unwrap_or(&Value::Null);
+    for p in path {
+        match v.get(*p) {
+            Some(next) => v = next,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Leaf paths of a fieldsV1 set, for messages.
+fn leaves(v: &Value, prefix: &str, out: &mut Vec<String>) {
+    match v.as_object() {
+        Some(m) if !m.is_empty() => {
+            for (k, v) in m {
+                if k == "." {
+                    continue;
+                }
+                leaves(v, &format!("{prefix}/{k}"), out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_conflict() {
+    let _serial = serial();
+    let git = "kustomize-controller";
+    let mut w = World::new("ownership", 2, git).await;
+    w.fleet.set(backlog);
+    w.apply(
+        "w",
+        git,
+        json!({"scaling": {"rampUp": {"stages": [100], "dwell": "1s"}}}),
+    )
+    .await
+    .unwrap();
+    let user = format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}");
+    let deployments: Api<Deployment> = Api::namespaced(w.client.clone(), &w.ns);
+    // Someone set the replicas by hand once (a plain update: Kubernetes records an owner of
+    // spec.replicas only for writes to the main resource, or for /scale writes when the field
+    // already has an owner, whose ownership they then take over).
+    deployments
+        .patch(
+            "w",
+            &PatchParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    w.start_operator().await;
+
+    // It scales out (Deployment defaulted to 1 replica, Git sets none).
+    let log = w.log_path();
+    wait_for(Duration::from_secs(60), "a scale-out", &log, || async {
+        let r = pods::replicas(&w.client, &w.ns, "w").await;
+        (r >= 3).then_some(())
+    })
+    .await;
+
+    // spec.replicas of the target: now owned by the operator's field manager, through /scale.
+    let d = deployments.get("w").await.unwrap();
+    let mf = d.metadata.managed_fields.clone().unwrap_or_default();
+    let replica_owners: Vec<String> = mf
+        .iter()
+        .filter(|e| owns(e, &["f:spec", "f:replicas"]))
+        .map(|e| {
+            format!(
+                "{} ({} {})",
+                e.manager.clone().unwrap_or_default(),
+                e.operation.clone().unwrap_or_default(),
+                e.subresource.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(
+        replica_owners,
+        vec![format!("{FIELD_MANAGER} (Update scale)")],
+        "spec.replicas must be owned by field manager {FIELD_MANAGER:?} through /scale; managedFields: {}",
+        serde_json::to_string_pretty(&mf).unwrap()
+    );
+    for e in entries_of(&mf, FIELD_MANAGER) {
+        let mut fields = Vec::new();
+        leaves(
+            &e.fields_v1
+                .as_ref()
+                .map(|f| f.0.clone())
+                .unwrap_or_default(),
+            "",
+            &mut fields,
+        );
+        assert_eq!(
+            fields,
+            vec!["/f:spec/f:replicas"],
+            "the operator owns more of the Deployment than spec.replicas"
+        );
+    }
+
+    // Git re-applies the Deployment (without force): no conflict, replicas stay.
+    let before = pods::replicas(&w.client, &w.ns, "w").await;
+    w.apply_deployment(git)
+        .await
+        .expect("Git's re-apply of the Deployment conflicts with the operator");
+    assert_eq!(pods::replicas(&w.client, &w.ns, "w").await, before);
+
+    // The WorkerBackpressure: the operator owns status only (no spec, labels or annotations,
+    // in particular never the kubectl-wbp annotations); Git re-applies without conflict.
+    w.apply(
+        "w",
+        git,
+        json!({"scaling": {"rampUp": {"stages": [100], "dwell": "1s"}}}),
+    )
+    .await
+    .expect("Git's re-apply of the WorkerBackpressure conflicts with the operator");
+    let wbp = w.wbps().get("w").await.unwrap();
+    let mf = wbp.metadata.managed_fields.clone().unwrap_or_default();
+    let ours = entries_of(&mf, FIELD_MANAGER);
+    assert!(!ours.is_empty(), "no status written by {FIELD_MANAGER}");
+    for e in &ours {
+        let main_resource = e.subresource.as_deref().unwrap_or_default().is_empty();
+        if main_resource {
+            // Only a finalizer may be written on the main resource (Guard mode's cleanup).
+            let mut fields = Vec::new();
+            leaves(
+                &e.fields_v1
+                    .as_ref()
+                    .map(|f| f.0.clone())
+                    .unwrap_or_default(),
+                "",
+                &mut fields,
+            );
+            assert!(
+                fields
+                    .iter()
+                    .all(|f| f.starts_with("/f:metadata/f:finalizers")),
+                "the operator owns {fields:?} of the WorkerBackpressure"
+            );
+        } else {
+            assert_eq!(e.subresource.as_deref(), Some("status"));
+            assert_eq!(e.operation.as_deref(), Some("Apply"), "status by SSA");
+        }
+        for key in [annotations::HOLD_UNTIL, annotations::DRY_RUN] {
+            assert!(
+                !owns(e, &["f:metadata", "f:annotations", &format!("f:{key}")]),
+                "the operator wrote annotation {key}"
+            );
+        }
+    }
+
+    // The owned ConfigMap: server-side applied by the operator, owner reference to the object.
+    let cms: Api<ConfigMap> = Api::namespaced(w.client.clone(), &w.ns);
+    let cm = cms.get("w-worker-config").await.unwrap();
+    let owner = &cm.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(owner.uid, wbp.metadata.uid.clone().unwrap());
+    assert_eq!(owner.kind, WorkerBackpressure::kind(&()));
+    let cm_mf = cm.metadata.managed_fields.clone().unwrap_or_default();
+    assert!(
+        cm_mf
+            .iter()
+            .all(|e| e.manager.as_deref() == Some(FIELD_MANAGER)
+                && e.operation.as_deref() == Some("Apply")),
+        "{cm_mf:?}"
+    );
+
+    // Every write the operator made, by resource: exactly the README's list.
+    let writes = w.env.audit_writes_by(&user);
+    assert!(!writes.is_empty());
+    let mut unexpected = Vec::new();
+    for e in &writes {
+        let r = &e["objectRef"];
+        let key = (
+            r["resource"].as_str().unwrap_or_default(),
+            r["subresource"].as_str().unwrap_or_default(),
+        );
+        let ok = match key {
+            ("workerbackpressures", "status") => true,
+            // Only metadata.finalizers (checked above through managedFields).
+            ("workerbackpressures", "") => e["verb"] == "patch" || e["verb"] == "update",
+            ("deployments", "scale") => true,
+            ("configmaps", "") => r["name"] == "w-worker-config" || r["namespace"] != w.ns,
+            ("events", "") => true,
+            // Tokens of its own ServiceAccount for config pushes.
+            ("serviceaccounts", "token") => {
+                r["namespace"] == OPERATOR_NAMESPACE && r["name"] == OPERATOR_SA
+            }
+            _ => false,
+        };
+        if !ok {
+            unexpected.push(format!("{} {}", e["verb"], e["requestURI"]));
+        }
+    }
+    assert!(
+        unexpected.is_empty(),
+        "writes the README does not list: {unexpected:?}"
+    );
+    w.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The GitOps README
+
+fn readme() -> String {
+    std::fs::read_to_string(repo_root().join("config/argocd/README.md")).unwrap()
+}
+
+/// The ```yaml blocks of a Markdown text.
+fn yaml_blocks(md: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in md.lines() {
+        match (&mut current, line.trim_start()) {
+            (None, l) if l.starts_with("```yaml") => current = Some(String::new()),
+            (Some(_), l) if l.starts_with("```") => out.push(current.take().unwrap()),
+            (Some(buf), _) => {
+                buf.push_str(line);
+                buf.push('\n');
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_documents_the_fields_the_operator_writes_with_valid_snippets() {
+    let md = readme();
+    let blocks = yaml_blocks(&md);
+    assert!(blocks.len() >= 3, "{blocks:?}");
+    for b in &blocks {
+        let _: serde_yaml::Value = serde_yaml::from_str(b)
+            .unwrap_or_else(|e| panic!("README snippet is not YAML ({e}):\n{b}"));
+    }
+    // The Argo CD health key matches the CRD's group and kind.
+    let key = format!(
+        "resource.customizations.health.{}_{}",
+        WorkerBackpressure::group(&()),
+        WorkerBackpressure::kind(&())
+    );
+    assert!(md.contains(&key), "README does not name {key}");
+
+    // The ignoreDifferences snippet: an Application ignoring exactly the fields Git and the
+    // operator both write: the target's replicas and Guard mode's clamp fields.
+    let app: Value = blocks
+        .iter()
+        .filter_map(|b| serde_yaml::from_str::<Value>(b).ok())
+        .find(|v| v["kind"] == "Application")
+        .expect("an Argo CD Application snippet");
+    let ignore = app["spec"]["ignoreDifferences"].as_array().unwrap();
+    let pointers = |group: &str, kind: &str| {
+        ignore
+            .iter()
+            .find(|e| e["group"] == group && e["kind"] == kind)
+            .unwrap_or_else(|| panic!("no ignoreDifferences entry for {group}/{kind}"))
+            ["jsonPointers"]
+            .clone()
+    };
+    assert_eq!(pointers("apps", "Deployment"), json!(["/spec/replicas"]));
+    assert_eq!(pointers("apps", "StatefulSet"), json!(["/spec/replicas"]));
+    assert_eq!(
+        pointers("autoscaling", "HorizontalPodAutoscaler"),
+        json!(["/spec/maxReplicas", "/spec/behavior/scaleUp/selectPolicy"])
+    );
+    assert_eq!(
+        pointers("keda.sh", "ScaledObject"),
+        json!(["/spec/maxReplicaCount"])
+    );
+    let opts = app["spec"]["syncPolicy"]["syncOptions"].to_string();
+    assert!(opts.contains("RespectIgnoreDifferences=true"), "{opts}");
+
+    // The prose names the field manager, the annotations the operator never writes, Flux,
+    // and what kstatus computes.
+    for needle in [
+        format!("`{FIELD_MANAGER}`"),
+        "`kubectl-wbp`".to_owned(),
+        format!("`{}`", guard::FINALIZER),
+        format!("`{}`", guard::ORIGINAL_ANNOTATION),
+        format!("`{}: \"true\"`", guard::KEDA_PAUSED_SCALE_OUT),
+        "`spec.behavior.scaleUp.selectPolicy: Disabled`".to_owned(),
+        "`spec.maxReplicas`".to_owned(),
+        "`spec.maxReplicaCount`".to_owned(),
+        "`<name>-worker-config`".to_owned(),
+        format!("`{}`", annotations::HOLD_UNTIL),
+        format!("`{}`", annotations::DRY_RUN),
+        "## Flux".to_owned(),
+        "kstatus".to_owned(),
+        "/scale".to_owned(),
+        "status subresource".to_owned(),
+    ] {
+        assert!(md.contains(&needle), "README does not mention {needle}");
+    }
+}
