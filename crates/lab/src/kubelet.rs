@@ -169,6 +169,15 @@ impl Kubelet {
     }
 }
 
+impl Drop for Kubelet {
+    /// Without [`Kubelet::shutdown`] (an error path): the tasks end, and the worker processes
+    /// stop when the last reference to them goes (each also stops when this process exits).
+    fn drop(&mut self) {
+        self.task.abort();
+        self.restarter.abort();
+    }
+}
+
 async fn register_node(client: &kube::Client, name: &str) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(serde_json::json!({
