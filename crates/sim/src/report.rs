@@ -156,6 +156,61 @@ pub fn target_value(result: &ScenarioResult, target: &Target) -> Option<f64> {
     }
 }
 
+/// The numbers behind a target's value, in words.
+pub fn target_detail(result: &ScenarioResult, target: &Target) -> String {
+    let ours = &result.runs[index_of(BP_OURS)].summary;
+    match target.metric {
+        TargetMetric::Dlq => format!("{} messages in the DLQ", count(ours.dead_lettered)),
+        TargetMetric::DlqPerFailedAttempt => format!(
+            "{} DLQ messages / {} failed attempts",
+            count(ours.dead_lettered),
+            count(ours.failed_attempts)
+        ),
+        TargetMetric::Goodput => "completed / what the dependency could serve in the window".into(),
+        TargetMetric::FailureRateOverSetPoint => format!(
+            "{} failed calls in the incident window vs set point {}",
+            opt(ours.failure_rate, pct),
+            pct(result.scenario.workers.set_point)
+        ),
+        TargetMetric::MaxAgeVsKeda => {
+            let keda = &result.runs[index_of(GREEDY_KEDA)].summary;
+            format!(
+                "max first-attempt age {} vs {} for {}",
+                secs(ours.max_age),
+                secs(keda.max_age),
+                GREEDY_KEDA.name
+            )
+        }
+        TargetMetric::ReplicasAddedDuringIncident => format!(
+            "replicas {}..{} over the run",
+            result.scenario.fleet.replicas, ours.max_replicas
+        ),
+        TargetMetric::PeakLoadAfterRecovery => {
+            "highest 30 s calls/capacity in the 10 min after recovery".into()
+        }
+        TargetMetric::DrainRatio => match ours.drain {
+            Some(d) => format!(
+                "{} vs {} for a backlog of {}",
+                opt(d.secs, secs),
+                secs(d.min_secs),
+                count(d.backlog.max(0.0) as u64)
+            ),
+            None => "no backlog at recovery".into(),
+        },
+        TargetMetric::HeldSeconds => "time in DependencyFailing".into(),
+        TargetMetric::ThrottledFraction => format!(
+            "ready pod-time with fewer permits than the maximum; max fleet backoff {:.2}",
+            ours.max_backoff
+        ),
+        TargetMetric::HeldFractionOfIncident => {
+            format!("{} held in total", secs(ours.held_secs))
+        }
+        TargetMetric::RampStages => {
+            format!("ramp stages after recovery ({} aborted)", ours.ramp_aborts)
+        }
+    }
+}
+
 /// Whether a value meets a target.
 pub fn target_met(target: &Target, value: Option<f64>) -> bool {
     value.is_some_and(|v| {
@@ -239,8 +294,8 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
 
     // Targets first: that is what a reader wants to know.
     let _ = writeln!(md, "## Targets for our policy (backpressure + ours)\n");
-    let _ = writeln!(md, "| scenario | target | measured | met |");
-    let _ = writeln!(md, "|---|---|---|---|");
+    let _ = writeln!(md, "| scenario | target | measured | met | detail |");
+    let _ = writeln!(md, "|---|---|---|---|---|");
     let (mut met_n, mut all_n) = (0, 0);
     for r in results {
         for t in &r.scenario.targets {
@@ -250,7 +305,7 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
             met_n += usize::from(met);
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} |",
                 r.scenario.title,
                 if t.text.is_empty() {
                     format!("{:?}", t.metric)
@@ -258,7 +313,8 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
                     t.text.clone()
                 },
                 opt(v, |x| fmt_target_value(t.metric, x)),
-                if met { "met" } else { "**gap**" }
+                if met { "met" } else { "**gap**" },
+                target_detail(r, t)
             );
         }
     }
