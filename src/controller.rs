@@ -240,12 +240,17 @@ pub async fn run(
         }
     });
 
+    // Signalled once the side caches have their first list. Only one task may wait on a
+    // store's readiness (kube's `wait_until_ready` wakes a single waiter, and the controller
+    // itself waits on its own store), so others wait on this.
+    let (caches_tx, caches_rx) = watch::channel(false);
+
     // Each BackpressurePolicy's status: matched objects, brake, Ready (written on change).
     let policy_status = tokio::spawn(crate::policy_status::run(
         client.clone(),
         policies.clone(),
-        store.clone(),
         namespaces.clone(),
+        caches_rx,
         POLICY_STATUS_INTERVAL,
     ));
 
@@ -274,6 +279,7 @@ pub async fn run(
             n.wait_until_ready()
         );
         ready_health.set_ready(true);
+        let _ = caches_tx.send(true);
     });
 
     // Stop on SIGTERM/Ctrl-C, or when the Lease is lost (another replica may act now).

@@ -14,13 +14,16 @@ use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{
     BackpressurePolicy, BackpressurePolicyStatus, WorkerBackpressure,
 };
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::Store;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
 
 use crate::FIELD_MANAGER;
 use crate::resolve::{brake_active, namespace_selector_matches};
@@ -28,12 +31,12 @@ use crate::resolve::{brake_active, namespace_selector_matches};
 /// Namespace name → its labels.
 pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
 
-/// The status `policy` should have, given every WorkerBackpressure and the namespaces' labels,
-/// at `now`. `lastTransitionTime` of `Ready` is kept from the stored status while its status
+/// The status `policy` should have, given the namespace of every WorkerBackpressure and the
+/// namespaces' labels, at `now`. `lastTransitionTime` of `Ready` is kept from the stored status while its status
 /// value is unchanged.
 pub fn desired<'a>(
     policy: &BackpressurePolicy,
-    wbps: impl IntoIterator<Item = &'a WorkerBackpressure>,
+    object_namespaces: impl IntoIterator<Item = &'a str>,
     namespaces: &NamespaceLabels,
     now: Timestamp,
 ) -> BackpressurePolicyStatus {
@@ -42,9 +45,8 @@ pub fn desired<'a>(
     let selector = policy.spec.namespace_selector.as_ref();
     let mut matched = 0i32;
     let mut selector_error = None;
-    for w in wbps {
-        let ns = w.namespace().unwrap_or_default();
-        let labels = namespaces.get(&ns).unwrap_or(&empty);
+    for ns in object_namespaces {
+        let labels = namespaces.get(ns).unwrap_or(&empty);
         match namespace_selector_matches(selector, labels) {
             Ok(true) => matched = matched.saturating_add(1),
             Ok(false) => {}
@@ -138,20 +140,33 @@ pub fn namespace_labels(namespaces: &Store<PartialObjectMeta<Namespace>>) -> Nam
         .collect()
 }
 
-/// Keeps every policy's status up to date until the task is dropped: every `interval`,
-/// computes each status and applies the ones that changed.
+/// Keeps every policy's status up to date until the task is dropped: once `caches` turns true
+/// (the policy and namespace caches have their first list) and its own metadata-only cache of
+/// WorkerBackpressure objects has its first list, every `interval` computes each status and
+/// applies the ones that changed.
 pub async fn run(
     client: kube::Client,
     policies: Store<BackpressurePolicy>,
-    wbps: Store<WorkerBackpressure>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
+    mut caches: tokio::sync::watch::Receiver<bool>,
     interval: Duration,
 ) {
-    let _ = tokio::join!(
-        policies.wait_until_ready(),
-        wbps.wait_until_ready(),
-        namespaces.wait_until_ready()
+    // Only the namespaces of the objects matter: a metadata watch of its own (the
+    // controller's store has a single readiness waiter, the controller).
+    let (objects, writer) = reflector::store::<PartialObjectMeta<WorkerBackpressure>>();
+    let stream = reflector::reflector(
+        writer,
+        watcher(
+            Api::<PartialObjectMeta<WorkerBackpressure>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
     );
+    let driver = tokio::spawn(stream.for_each(|_| async {}));
+    let _abort = AbortOnDrop(driver);
+    if caches.wait_for(|ready| *ready).await.is_err() || objects.wait_until_ready().await.is_err() {
+        return;
+    }
     let api: Api<BackpressurePolicy> = Api::all(client);
     // What was last written per policy UID, with the resourceVersion the cache had then: the
     // cache may lag our own write by a moment, which must not cause a second write.
@@ -159,10 +174,19 @@ pub async fn run(
     loop {
         let now = Timestamp::now();
         let labels = namespace_labels(&namespaces);
-        let objects = wbps.state();
+        let object_namespaces: Vec<String> = objects
+            .state()
+            .iter()
+            .filter_map(|o| o.metadata.namespace.clone())
+            .collect();
         let all = policies.state();
         for p in &all {
-            let want = desired(p, objects.iter().map(|o| &**o), &labels, now);
+            let want = desired(
+                p,
+                object_namespaces.iter().map(String::as_str),
+                &labels,
+                now,
+            );
             if p.status.as_ref() == Some(&want) {
                 continue;
             }
@@ -198,6 +222,15 @@ pub async fn run(
         let live: std::collections::HashSet<String> = all.iter().filter_map(|p| p.uid()).collect();
         written.retain(|uid, _| live.contains(uid));
         tokio::time::sleep(interval).await;
+    }
+}
+
+/// Aborts the task when dropped (the metadata watch ends with [`run`]).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -238,6 +271,13 @@ mod tests {
         w
     }
 
+    fn namespaces_of(objects: &[WorkerBackpressure]) -> Vec<&str> {
+        objects
+            .iter()
+            .filter_map(|o| o.metadata.namespace.as_deref())
+            .collect()
+    }
+
     fn labels() -> NamespaceLabels {
         BTreeMap::from([
             (
@@ -260,7 +300,7 @@ mod tests {
     fn counts_objects_in_selected_namespaces() {
         let objects = [wbp("a", "x"), wbp("a", "y"), wbp("b", "z"), wbp("c", "q")];
         let p = policy(json!({"namespaceSelector": {"matchLabels": {"tier": "batch"}}}));
-        let s = desired(&p, objects.iter(), &labels(), t(0));
+        let s = desired(&p, namespaces_of(&objects), &labels(), t(0));
         assert_eq!(s.matched_objects, Some(3));
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(s.brake_active, Some(false));
@@ -271,7 +311,7 @@ mod tests {
         );
         assert_eq!(ready.message, "applies to 3 WorkerBackpressure objects");
         // No selector selects everything.
-        let all = desired(&policy(json!({})), objects.iter(), &labels(), t(0));
+        let all = desired(&policy(json!({})), namespaces_of(&objects), &labels(), t(0));
         assert_eq!(all.matched_objects, Some(4));
     }
 
@@ -284,7 +324,7 @@ mod tests {
             reason: None,
         });
         let objects = [wbp("a", "x")];
-        let on = desired(&p, objects.iter(), &labels(), t(0));
+        let on = desired(&p, namespaces_of(&objects), &labels(), t(0));
         assert_eq!(on.brake_active, Some(true));
         let msg = &on.conditions.as_ref().unwrap()[0].message;
         assert!(
@@ -293,8 +333,8 @@ mod tests {
         );
         p.status = Some(on.clone());
         // Same world later: identical status (nothing to write).
-        assert_eq!(desired(&p, objects.iter(), &labels(), t(30)), on);
-        let off = desired(&p, objects.iter(), &labels(), t(60));
+        assert_eq!(desired(&p, namespaces_of(&objects), &labels(), t(30)), on);
+        let off = desired(&p, namespaces_of(&objects), &labels(), t(60));
         assert_eq!(off.brake_active, Some(false));
         let ready = &off.conditions.as_ref().unwrap()[0];
         assert!(ready.message.contains("expired at"), "{}", ready.message);
@@ -310,7 +350,7 @@ mod tests {
             }))
             .unwrap(),
         );
-        let s = desired(&p, [wbp("a", "x")].iter(), &labels(), t(0));
+        let s = desired(&p, ["a"], &labels(), t(0));
         let ready = &s.conditions.as_ref().unwrap()[0];
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
