@@ -5,9 +5,16 @@ use std::fmt::Write as _;
 
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::conditions as cond;
+use backpressure_api::v1alpha1::Mode;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
+
+use crate::annotations;
+
+/// Field manager of the plugin's writes (the annotations of `hold`, `release` and `dry-run`),
+/// so that `managedFields` show who set them and GitOps tools leave them alone.
+pub const FIELD_MANAGER: &str = "kubectl-wbp";
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,6 +47,10 @@ pub struct StatusRow {
     pub queue_age: Option<f64>,
     /// Seconds since the last condition transition (the regime's age).
     pub since_seconds: Option<i64>,
+    /// A manual hold (`kubectl wbp hold`) in force until this time (RFC 3339).
+    pub held_until: Option<String>,
+    /// DryRun, by `spec.mode` or by the `kubectl wbp dry-run` annotation.
+    pub dry_run: bool,
 }
 
 fn row(w: &WorkerBackpressure, now: Timestamp) -> StatusRow {
@@ -55,6 +66,7 @@ fn row(w: &WorkerBackpressure, now: Timestamp) -> StatusRow {
                 .max()
         })
         .map(|t| now.as_second() - t.as_second());
+    let manual = annotations::read(w.metadata.annotations.as_ref(), now);
     StatusRow {
         namespace: w.metadata.namespace.clone().unwrap_or_default(),
         name: w.metadata.name.clone().unwrap_or_default(),
@@ -67,6 +79,8 @@ fn row(w: &WorkerBackpressure, now: Timestamp) -> StatusRow {
         backoff: f.and_then(|f| f.backoff),
         queue_age: f.and_then(|f| f.queue_age),
         since_seconds: since,
+        held_until: manual.hold_until.map(|t| t.to_string()),
+        dry_run: manual.dry_run || w.spec.mode == Some(Mode::DryRun),
     }
 }
 
@@ -111,7 +125,7 @@ pub fn status_table(
         table.push([
             r.namespace.clone(),
             r.name.clone(),
-            r.regime.clone(),
+            regime_cell(r),
             format!(
                 "{}/{}/{}",
                 opt(r.current),
@@ -125,6 +139,18 @@ pub fn status_table(
         ]);
     }
     Ok(render(&table, width))
+}
+
+/// The regime, marked when a manual hold or DryRun is in force.
+fn regime_cell(r: &StatusRow) -> String {
+    let mut cell = r.regime.clone();
+    if r.held_until.is_some() {
+        cell.push_str(" (hold)");
+    }
+    if r.dry_run {
+        cell.push_str(" (dry-run)");
+    }
+    cell
 }
 
 /// Lays out columns, truncating the name columns when the table is wider than `width`.
@@ -176,12 +202,15 @@ pub fn explain(
     now: Timestamp,
 ) -> Result<String, serde_json::Error> {
     let s = w.status.clone().unwrap_or_default();
+    let manual = annotations::read(w.metadata.annotations.as_ref(), now);
     let mut evs: Vec<&Event> = events.iter().collect();
     evs.sort_by_key(|e| event_time(e));
     if output == Output::Json {
         let v = serde_json::json!({
             "name": w.metadata.name,
             "namespace": w.metadata.namespace,
+            "heldUntil": manual.hold_until.map(|t| t.to_string()),
+            "dryRunByAnnotation": manual.dry_run,
             "status": s,
             "events": evs.iter().map(|e| serde_json::json!({
                 "time": event_time(e).map(|t| t.to_string()),
@@ -203,6 +232,24 @@ pub fn explain(
         "{name}: {}",
         s.regime.map_or("not reconciled yet", |r| r.as_str())
     );
+    if let Some(until) = manual.hold_until {
+        let name = w.metadata.name.clone().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  manual     scale-out held until {until} (annotation {}; `kubectl wbp release {name}` lifts it)",
+            annotations::HOLD_UNTIL
+        );
+    }
+    if manual.dry_run {
+        let _ = writeln!(
+            out,
+            "  manual     dry run: nothing is written to the target (annotation {})",
+            annotations::DRY_RUN
+        );
+    }
+    for (key, why) in &manual.invalid {
+        let _ = writeln!(out, "  manual     annotation {key} ignored: {why}");
+    }
     if let Some(r) = &s.replicas {
         let _ = writeln!(
             out,
@@ -408,5 +455,52 @@ mod tests {
         )
         .unwrap();
         assert_eq!(j["status"]["lastDecision"]["action"], "HoldScaleOut");
+    }
+
+    #[test]
+    fn manual_overrides_show_in_the_table_and_in_explain() {
+        let now: Timestamp = "2026-11-30T10:05:00Z".parse().unwrap();
+        let mut held = wbp("a", "held", Regime::Backlogged);
+        held.metadata.annotations = Some(
+            [
+                (
+                    annotations::HOLD_UNTIL.to_owned(),
+                    "2026-11-30T10:35:00Z".to_owned(),
+                ),
+                (annotations::DRY_RUN.to_owned(), "true".to_owned()),
+            ]
+            .into(),
+        );
+        let mut expired = wbp("a", "expired", Regime::Healthy);
+        expired.metadata.annotations = Some(
+            [(
+                annotations::HOLD_UNTIL.to_owned(),
+                "2026-11-30T10:00:00Z".to_owned(),
+            )]
+            .into(),
+        );
+        let items = vec![held.clone(), expired];
+        let t = status_table(&items, Output::Table, now, 120).unwrap();
+        let held_line = t.lines().find(|l| l.contains("held ")).unwrap();
+        assert!(held_line.contains("Backlogged (hold) (dry-run)"), "{t}");
+        let expired_line = t.lines().find(|l| l.contains("expired")).unwrap();
+        assert!(!expired_line.contains("(hold)"), "{t}");
+        let json: serde_json::Value =
+            serde_json::from_str(&status_table(&items, Output::Json, now, 80).unwrap()).unwrap();
+        assert_eq!(json[1]["heldUntil"], "2026-11-30T10:35:00Z");
+        assert_eq!(json[1]["dryRun"], true);
+        assert_eq!(json[0]["heldUntil"], serde_json::Value::Null);
+
+        let e = explain(&held, &[], Output::Table, now).unwrap();
+        assert!(
+            e.contains("scale-out held until 2026-11-30T10:35:00Z")
+                && e.contains("kubectl wbp release held")
+                && e.contains("dry run"),
+            "{e}"
+        );
+        let j: serde_json::Value =
+            serde_json::from_str(&explain(&held, &[], Output::Json, now).unwrap()).unwrap();
+        assert_eq!(j["heldUntil"], "2026-11-30T10:35:00Z");
+        assert_eq!(j["dryRunByAnnotation"], true);
     }
 }

@@ -166,7 +166,11 @@ async fn annotate(
     value: Option<String>,
 ) -> anyhow::Result<()> {
     let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    let params = PatchParams {
+        field_manager: Some(plugin::FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &Patch::Merge(&patch))
         .await
         .with_context(|| format!("annotating workerbackpressure/{name}"))?;
     Ok(())
