@@ -60,7 +60,9 @@ fn kstatus_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Some(p) = std::env::var_os("BP_KSTATUS") {
-            return PathBuf::from(p);
+            let p = PathBuf::from(p);
+            assert!(p.is_file(), "BP_KSTATUS={} does not exist", p.display());
+            return p;
         }
         let script = repo_root().join("tools/kstatus/build.sh");
         let out = Command::new("bash")
@@ -114,7 +116,9 @@ fn kstatus(objects: &[Value]) -> Vec<(String, String)> {
 
 fn lua_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("BP_LUA") {
-        return PathBuf::from(p);
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "BP_LUA={} does not exist", p.display());
+        return p;
     }
     std::env::var_os("PATH")
         .into_iter()
