@@ -1,0 +1,750 @@
+//! Guard mode end to end against a real kube-apiserver + etcd and a real Prometheus, with the
+//! real operator binary running as its own ServiceAccount under the chart's RBAC.
+//!
+//! The guarded autoscalers are real API objects: an autoscaling/v2 HorizontalPodAutoscaler
+//! (served by kube-apiserver itself) and a KEDA ScaledObject (its CRD installed from
+//! `tests/fixtures/keda-scaledobject-crd.yaml`). No HPA or KEDA controller runs: the tests check
+//! what the operator writes to them: scale-out disabled while held, the ceiling raised stage by
+//! stage during the ramp, and the original spec and annotations restored exactly on release, on
+//! leaving Guard mode, after an operator restart, and when the WorkerBackpressure is deleted.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+
+mod common;
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use backpressure_api::WorkerBackpressure;
+use backpressure_api::v1alpha1::{GuardClamp, GuardKind, Regime, WorkerBackpressureStatus};
+use backpressure_envtest::{Prometheus, TestEnv};
+use backpressure_operator::act::guard::{
+    FINALIZER, KEDA_PAUSED_SCALE_OUT, ORIGINAL_ANNOTATION, api_resource,
+};
+use common::fleet::{FakeFleet, FleetKnobs};
+use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
+use common::pods;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use serde_json::{Value, json};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One test's world: a namespace, a Deployment `w` with 4 replicas and 2 fake pods, a fake
+/// fleet scraped by its own Prometheus, the guarded autoscaler, and the operator.
+struct World {
+    env: &'static TestEnv,
+    client: kube::Client,
+    ns: String,
+    prom: Prometheus,
+    fleet: FakeFleet,
+    _pods: Vec<pods::FakePod>,
+    operator: Option<Operator>,
+    kind: GuardKind,
+}
+
+impl World {
+    async fn new(prefix: &str, kind: GuardKind) -> World {
+        let env = TestEnv::shared();
+        let client = env.client().unwrap();
+        common::install_crds(&client).await;
+        if kind == GuardKind::ScaledObject {
+            install_keda_crd(&client).await;
+        }
+        let ns = env.namespace(prefix).await.unwrap();
+        pods::deployment(&client, &ns, "w", 4).await;
+        let mut fake_pods = Vec::new();
+        for i in 0..2 {
+            fake_pods.push(pods::start(env, &ns, "w", i).await);
+        }
+        let fleet = FakeFleet::start(&ns, "w", 2);
+        let prom = Prometheus::start().unwrap();
+        prom.set_targets(&[fleet.target()]).unwrap();
+        World {
+            env,
+            client,
+            ns,
+            prom,
+            fleet,
+            _pods: fake_pods,
+            operator: None,
+            kind,
+        }
+    }
+
+    async fn start_operator(&mut self) {
+        self.operator = Some(Operator::start(self.env, &self.prom.url(), &[]).await);
+    }
+
+    /// The Guard-mode WorkerBackpressure for `w` guarding the autoscaler `w`, with fast time
+    /// constants; `patch` is merged into the spec.
+    async fn apply(&self, patch: Value) {
+        let mut spec = json!({
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
+            "mode": "Guard",
+            "guard": {"kind": kind_name(self.kind), "name": "w"},
+            "metrics": {
+                "prometheus": {"address": self.prom.url(), "timeout": "2s"},
+                "workload": "w",
+                "rateWindow": "5s",
+                "staleAfter": "10s",
+            },
+            "scaling": {
+                "minReplicas": 1,
+                "maxReplicas": 20,
+                "targetQueueAge": "10s",
+                "hold": {"backoffAbove": 0.2, "for": "2s"},
+                "release": {"backoffBelow": 0.05, "for": "2s"},
+                "rampUp": {"stages": [34, 67, 100], "dwell": "4s", "abortAbove": 0.3},
+            },
+        });
+        merge(&mut spec, patch);
+        let obj = json!({
+            "apiVersion": "backpressure.dev/v1alpha1",
+            "kind": "WorkerBackpressure",
+            "metadata": {"name": "w"},
+            "spec": spec,
+        });
+        self.wbps()
+            .patch(
+                "w",
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .unwrap();
+    }
+
+    fn wbps(&self) -> Api<WorkerBackpressure> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn autoscalers(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &self.ns, &api_resource(self.kind))
+    }
+
+    /// Creates the guarded autoscaler `w` from `obj` and returns it as stored.
+    async fn create_autoscaler(&self, obj: Value) -> Value {
+        let o: DynamicObject = serde_json::from_value(obj).unwrap();
+        let created = self
+            .autoscalers()
+            .create(&PostParams::default(), &o)
+            .await
+            .unwrap();
+        serde_json::to_value(created).unwrap()
+    }
+
+    async fn autoscaler(&self) -> Value {
+        serde_json::to_value(self.autoscalers().get("w").await.unwrap()).unwrap()
+    }
+
+    async fn status(&self) -> WorkerBackpressureStatus {
+        self.wbps()
+            .get_status("w")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default()
+    }
+
+    async fn events(&self) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    fn diag(&self) -> String {
+        let log = self
+            .operator
+            .as_ref()
+            .map(Operator::log)
+            .unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(25).collect();
+        format!(
+            "operator log (last lines):\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    }
+
+    /// Polls `f` until it returns `Some`, or panics with `what` and the operator's log.
+    async fn wait_for<T, F, Fut>(&self, timeout: Duration, what: &str, mut f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            if Instant::now() >= deadline {
+                let s = self.status().await;
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}\nstatus: {}\nautoscaler: {}\n{}",
+                    serde_json::to_string_pretty(&s).unwrap_or_default(),
+                    serde_json::to_string_pretty(&self.autoscaler().await).unwrap_or_default(),
+                    self.diag()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_regime(&self, regime: Regime) -> WorkerBackpressureStatus {
+        self.wait_for(
+            Duration::from_secs(40),
+            &format!("regime {regime:?}"),
+            || async {
+                let s = self.status().await;
+                (s.regime == Some(regime)).then_some(s)
+            },
+        )
+        .await
+    }
+
+    /// Waits until the autoscaler satisfies `pred` and returns it.
+    async fn wait_autoscaler(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_for(Duration::from_secs(40), what, || async {
+            let a = self.autoscaler().await;
+            pred(&a).then_some(a)
+        })
+        .await
+    }
+
+    /// Deletes the WorkerBackpressure and waits until it is gone (its finalizer removed).
+    async fn delete_wbp_and_wait(&self) {
+        self.wbps()
+            .delete("w", &DeleteParams::default())
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.wbps().get_opt("w").await.unwrap() {
+                None => return,
+                Some(_) if Instant::now() >= deadline => {
+                    panic!(
+                        "WorkerBackpressure still there 30s after delete\n{}",
+                        self.diag()
+                    )
+                }
+                Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    async fn operator_scale_writes(&self) -> Vec<String> {
+        let user = format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}");
+        self.env
+            .audit_writes_by(&user)
+            .iter()
+            .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+            .filter(|w| w.contains(&format!("/namespaces/{}/", self.ns)) && w.contains("/scale"))
+            .collect()
+    }
+
+    async fn cleanup(mut self) {
+        if let Some(mut op) = self.operator.take() {
+            op.process.stop();
+        }
+        // Leave no finalizer behind.
+        let _ = self
+            .wbps()
+            .patch(
+                "w",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+        let _ = self.wbps().delete("w", &DeleteParams::default()).await;
+    }
+}
+
+fn kind_name(kind: GuardKind) -> &'static str {
+    match kind {
+        GuardKind::HorizontalPodAutoscaler => "HorizontalPodAutoscaler",
+        GuardKind::ScaledObject => "ScaledObject",
+    }
+}
+
+async fn install_keda_crd(client: &kube::Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let path = backpressure_envtest::repo_root().join("tests/fixtures/keda-scaledobject-crd.yaml");
+    let crd: CustomResourceDefinition =
+        serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    api.patch(
+        "scaledobjects.keda.sh",
+        &PatchParams::apply("envtest").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(
+            api,
+            "scaledobjects.keda.sh",
+            conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (b, p) => *b = p,
+    }
+}
+
+fn condition<'a>(s: &'a WorkerBackpressureStatus, t: &str) -> Option<&'a Condition> {
+    s.conditions.iter().flatten().find(|c| c.type_ == t)
+}
+
+fn failing(k: &mut FleetKnobs) {
+    k.backoff = 0.6;
+    k.failure_rate = 0.4;
+    k.queue_age = 200.0;
+    k.queue_depth = 2000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 10.0;
+}
+
+/// The dependency is back and a large backlog waits: the backlog-sized target stays at the
+/// object's maxReplicas (20) through the ramp, so every stage raises the ceiling.
+fn recovered(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.queue_age = 2000.0;
+    k.queue_depth = 50000.0;
+    k.arrival_rate = 200.0;
+    k.completion_rate = 40.0;
+}
+
+/// What Guard mode may change, and what must come back exactly: the spec and the annotations.
+fn guarded_view(obj: &Value) -> Value {
+    json!({
+        "spec": obj["spec"],
+        "annotations": obj["metadata"].get("annotations").cloned().unwrap_or(json!({})),
+    })
+}
+
+fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj["metadata"]["annotations"]
+        .get(key)
+        .and_then(Value::as_str)
+}
+
+/// The replicas of ramp stage `stage` (1-based) of `stages`, as the operator computes them.
+fn stage_replicas(from: i32, to: i32, stages: &[i32], stage: i32) -> i32 {
+    let pct = stages[(stage - 1) as usize];
+    from + ((to - from).max(0) * pct + 99) / 100
+}
+
+fn hpa(behavior: Option<Value>) -> Value {
+    let mut spec = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
+        "minReplicas": 2,
+        "maxReplicas": 30,
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                     "target": {"type": "Utilization", "averageUtilization": 70}}}],
+    });
+    if let Some(b) = behavior {
+        spec["behavior"] = b;
+    }
+    json!({
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "w", "annotations": {"team": "payments"}},
+        "spec": spec,
+    })
+}
+
+#[tokio::test]
+async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exactly() {
+    let _serial = serial();
+    let mut w = World::new("guard-hpa", GuardKind::HorizontalPodAutoscaler).await;
+    // No behavior at all: restoring must remove what the clamp added, defaults included.
+    let original = w.create_autoscaler(hpa(None)).await;
+    assert!(original["spec"].get("behavior").is_none(), "{original}");
+    let original_view = guarded_view(&original);
+    w.fleet.set(failing);
+    w.apply(json!({})).await;
+    w.start_operator().await;
+
+    // Held: the HPA may not scale out; nothing else about it changes.
+    let held = w
+        .wait_autoscaler("scaleUp.selectPolicy Disabled", |a| {
+            a["spec"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled"
+        })
+        .await;
+    assert_eq!(held["spec"]["maxReplicas"], 30);
+    assert_eq!(held["spec"]["minReplicas"], 2);
+    assert_eq!(held["spec"]["metrics"], original["spec"]["metrics"]);
+    assert_eq!(annotation(&held, "team"), Some("payments"));
+    let record: Value =
+        serde_json::from_str(annotation(&held, ORIGINAL_ANNOTATION).unwrap()).unwrap();
+    assert_eq!(record["owner"], "w");
+    let s = w.wait_regime(Regime::DependencyFailing).await;
+    let guard = w
+        .wait_for(
+            Duration::from_secs(10),
+            "status.guard ScaleOutDisabled",
+            || async {
+                let s = w.status().await;
+                s.guard.filter(|g| g.clamp == GuardClamp::ScaleOutDisabled)
+            },
+        )
+        .await;
+    assert_eq!(
+        (guard.kind, guard.name.as_str()),
+        (GuardKind::HorizontalPodAutoscaler, "w")
+    );
+    let s = if condition(&s, "GuardApplied").is_some() {
+        s
+    } else {
+        w.status().await
+    };
+    let c = condition(&s, "GuardApplied").expect("GuardApplied");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "ScaleOutDisabled")
+    );
+    assert!(
+        c.message.contains("behavior.scaleUp.selectPolicy Disabled"),
+        "{}",
+        c.message
+    );
+    let wbp = w.wbps().get("w").await.unwrap();
+    assert!(
+        wbp.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+    );
+    assert!(
+        w.events()
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("GuardClamped")),
+        "no GuardClamped event"
+    );
+    // Guard mode never scales the target itself.
+    assert_eq!(pods::replicas(&w.client, &w.ns, "w").await, 4);
+
+    // Recovery: the ceiling rises stage by stage; scale-out is allowed again up to it.
+    w.fleet.set(recovered);
+    let stages = [34, 67, 100];
+    let mut ceilings: Vec<(i32, i64)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let final_status = loop {
+        let s = w.status().await;
+        let a = w.autoscaler().await;
+        if let (Some(r), Some(Regime::Recovering)) = (s.ramp.as_ref(), s.regime) {
+            let max = a["spec"]["maxReplicas"].as_i64().unwrap();
+            if a["spec"].get("behavior").is_none()
+                && s.guard.as_ref().and_then(|g| g.max_replicas) == Some(max as i32)
+                && ceilings.last().map(|(st, _)| *st) != Some(r.stage)
+            {
+                let expected = stage_replicas(r.from, r.to, &stages, r.stage)
+                    .clamp(2, 30)
+                    .max(4);
+                assert_eq!(max, i64::from(expected), "stage {} of {r:?}", r.stage);
+                ceilings.push((r.stage, max));
+            }
+        }
+        if !ceilings.is_empty()
+            && s.regime != Some(Regime::Recovering)
+            && s.regime != Some(Regime::DependencyFailing)
+        {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the ramp did not end; ceilings {ceilings:?}\nstatus: {s:?}\n{}",
+            w.diag()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        ceilings.len() >= 2,
+        "saw the ceiling at stages {ceilings:?}"
+    );
+    for pair in ceilings.windows(2) {
+        assert!(
+            pair[1].1 > pair[0].1,
+            "the ceiling must rise stage by stage: {ceilings:?}"
+        );
+    }
+    assert!(
+        ceilings[0].1 < 30,
+        "stage 1 must clamp below the original maxReplicas: {ceilings:?}"
+    );
+
+    // Released: the HPA is exactly what it was.
+    let restored = w
+        .wait_autoscaler("the original HPA after release", |a| {
+            guarded_view(a) == original_view
+        })
+        .await;
+    assert!(annotation(&restored, ORIGINAL_ANNOTATION).is_none());
+    let s = w
+        .wait_for(Duration::from_secs(10), "status.guard None", || async {
+            let s = w.status().await;
+            s.guard
+                .as_ref()
+                .is_some_and(|g| g.clamp == GuardClamp::None)
+                .then_some(s)
+        })
+        .await;
+    assert_eq!(
+        condition(&s, "GuardApplied").map(|c| c.reason.as_str()),
+        Some("NotClamped"),
+        "{final_status:?}"
+    );
+    assert!(
+        w.events()
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("GuardReleased"))
+    );
+
+    // Held again, then the WorkerBackpressure is deleted: the finalizer restores the HPA.
+    w.fleet.set(failing);
+    w.wait_autoscaler("held again", |a| {
+        a["spec"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled"
+    })
+    .await;
+    w.delete_wbp_and_wait().await;
+    let after = w.autoscaler().await;
+    assert_eq!(guarded_view(&after), original_view, "{after}");
+    assert!(
+        w.operator_scale_writes().await.is_empty(),
+        "Guard mode wrote /scale"
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_ends() {
+    let _serial = serial();
+    let mut w = World::new("guard-restart", GuardKind::HorizontalPodAutoscaler).await;
+    // A full behavior: only scaleUp.selectPolicy may change, and it must come back as Min.
+    let behavior = json!({
+        "scaleUp": {"selectPolicy": "Min", "stabilizationWindowSeconds": 30,
+                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60},
+                                 {"type": "Percent", "value": 50, "periodSeconds": 60}]},
+        "scaleDown": {"selectPolicy": "Max", "stabilizationWindowSeconds": 120,
+                      "policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}]},
+    });
+    let original = w.create_autoscaler(hpa(Some(behavior))).await;
+    let original_view = guarded_view(&original);
+    w.fleet.set(failing);
+    w.apply(json!({})).await;
+    w.start_operator().await;
+    let held = w
+        .wait_autoscaler("scaleUp.selectPolicy Disabled", |a| {
+            a["spec"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled"
+        })
+        .await;
+    assert_eq!(
+        held["spec"]["behavior"]["scaleUp"]["policies"],
+        original["spec"]["behavior"]["scaleUp"]["policies"]
+    );
+    assert_eq!(
+        held["spec"]["behavior"]["scaleDown"],
+        original["spec"]["behavior"]["scaleDown"]
+    );
+    let record = annotation(&held, ORIGINAL_ANNOTATION).unwrap().to_owned();
+
+    // Crash while held; a new operator must not take the clamp for the original.
+    w.operator.as_mut().unwrap().kill();
+    w.start_operator().await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let still = w.autoscaler().await;
+    assert_eq!(
+        still["spec"]["behavior"]["scaleUp"]["selectPolicy"],
+        "Disabled"
+    );
+    assert_eq!(
+        annotation(&still, ORIGINAL_ANNOTATION),
+        Some(record.as_str())
+    );
+
+    // Leaving Guard mode (to DryRun: nothing else writes) restores the HPA and drops the
+    // finalizer.
+    w.apply(json!({"mode": "DryRun"})).await;
+    w.wait_autoscaler("the original HPA after leaving Guard mode", |a| {
+        guarded_view(a) == original_view
+    })
+    .await;
+    w.wait_for(
+        Duration::from_secs(20),
+        "finalizer removed and status.guard gone",
+        || async {
+            let o = w.wbps().get("w").await.unwrap();
+            let no_finalizer = !o
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == FINALIZER);
+            let s = o.status.unwrap_or_default();
+            (no_finalizer && s.guard.is_none() && condition(&s, "GuardApplied").is_none())
+                .then_some(())
+        },
+    )
+    .await;
+    w.cleanup().await;
+}
+
+fn scaled_object() -> Value {
+    json!({
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "w", "annotations": {"team": "payments",
+                     "autoscaling.keda.sh/paused-scale-in": "true"}},
+        "spec": {
+            "scaleTargetRef": {"name": "w"},
+            "minReplicaCount": 1,
+            "maxReplicaCount": 30,
+            "pollingInterval": 15,
+            "triggers": [{"type": "prometheus", "metadata": {
+                "serverAddress": "http://prometheus:9090",
+                "query": "sum(backpressure_queue_depth{workload=\"w\"})",
+                "threshold": "100"}}],
+        },
+    })
+}
+
+#[tokio::test]
+async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
+    let _serial = serial();
+    let mut w = World::new("guard-keda", GuardKind::ScaledObject).await;
+    let original = w.create_autoscaler(scaled_object()).await;
+    let original_view = guarded_view(&original);
+    w.fleet.set(failing);
+    w.apply(json!({})).await;
+    w.start_operator().await;
+
+    let held = w
+        .wait_autoscaler("paused-scale-out", |a| {
+            annotation(a, KEDA_PAUSED_SCALE_OUT) == Some("true")
+        })
+        .await;
+    assert_eq!(
+        held["spec"], original["spec"],
+        "pausing changes no spec field"
+    );
+    assert_eq!(annotation(&held, "team"), Some("payments"));
+    assert_eq!(
+        annotation(&held, "autoscaling.keda.sh/paused-scale-in"),
+        Some("true")
+    );
+    let s = w
+        .wait_for(
+            Duration::from_secs(10),
+            "GuardApplied ScaleOutDisabled",
+            || async {
+                let s = w.status().await;
+                condition(&s, "GuardApplied")
+                    .is_some_and(|c| c.reason == "ScaleOutDisabled")
+                    .then_some(s)
+            },
+        )
+        .await;
+    assert!(
+        condition(&s, "GuardApplied")
+            .unwrap()
+            .message
+            .contains(KEDA_PAUSED_SCALE_OUT),
+        "{s:?}"
+    );
+
+    // The ramp clamps maxReplicaCount instead, with the pause lifted.
+    w.fleet.set(recovered);
+    let ramp = w
+        .wait_autoscaler("maxReplicaCount clamped by the ramp", |a| {
+            a["spec"]["maxReplicaCount"]
+                .as_i64()
+                .is_some_and(|m| m < 30)
+                && annotation(a, KEDA_PAUSED_SCALE_OUT).is_none()
+        })
+        .await;
+    assert!(ramp["spec"]["maxReplicaCount"].as_i64().unwrap() >= 4);
+    assert_eq!(
+        annotation(&ramp, "autoscaling.keda.sh/paused-scale-in"),
+        Some("true")
+    );
+
+    // Released after the ramp: exactly the original.
+    w.wait_autoscaler("the original ScaledObject after release", |a| {
+        guarded_view(a) == original_view
+    })
+    .await;
+
+    // Held again, then deleted: restored by the finalizer.
+    w.fleet.set(failing);
+    w.wait_autoscaler("paused again", |a| {
+        annotation(a, KEDA_PAUSED_SCALE_OUT) == Some("true")
+    })
+    .await;
+    w.delete_wbp_and_wait().await;
+    assert_eq!(guarded_view(&w.autoscaler().await), original_view);
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_missing_autoscaler_is_reported_and_does_not_block_deletion() {
+    let _serial = serial();
+    let mut w = World::new("guard-missing", GuardKind::HorizontalPodAutoscaler).await;
+    w.fleet.set(failing);
+    w.apply(json!({})).await;
+    w.start_operator().await;
+    let s = w
+        .wait_for(Duration::from_secs(40), "GuardApplied False", || async {
+            let s = w.status().await;
+            condition(&s, "GuardApplied")
+                .is_some_and(|c| c.status == "False")
+                .then_some(s)
+        })
+        .await;
+    let c = condition(&s, "GuardApplied").unwrap();
+    assert_eq!(c.reason, "GuardTargetNotFound");
+    assert!(
+        c.message.contains("HorizontalPodAutoscaler w not found"),
+        "{}",
+        c.message
+    );
+    let ev = w
+        .wait_for(
+            Duration::from_secs(10),
+            "a GuardTargetNotFound event",
+            || async {
+                w.events()
+                    .await
+                    .into_iter()
+                    .find(|e| e.reason.as_deref() == Some("GuardTargetNotFound"))
+            },
+        )
+        .await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    w.delete_wbp_and_wait().await;
+    w.cleanup().await;
+}
