@@ -188,7 +188,8 @@ async fn status_prints_the_fleet_table_and_json() {
     ] {
         assert!(lines[0].contains(h), "header lacks {h}: {t}");
     }
-    // Sorted by name: the long one first, then mail.
+    // Piped output is not truncated; sorted by name: the long one first, then mail.
+    assert!(t.contains(long), "{t}");
     let held = lines[1];
     assert!(held.contains("DependencyFailing"), "{t}");
     assert!(held.contains("8/8/14"), "current/desired/recommended: {t}");
@@ -212,6 +213,29 @@ async fn status_prints_the_fleet_table_and_json() {
         narrow.stdout
     );
     assert!(narrow.stdout.contains('…'), "{}", narrow.stdout);
+    // Without COLUMNS, on a terminal: the terminal's width (util-linux `script` gives the
+    // plugin a pseudo-terminal of 80 columns).
+    let bin = env!("CARGO_BIN_EXE_kubectl-wbp");
+    let tty = Command::new("script")
+        .args([
+            "-qec",
+            &format!("stty cols 80 rows 40; {bin} status -n {ns}"),
+            "/dev/null",
+        ])
+        .env("KUBECONFIG", TestEnv::shared().kubeconfig_path())
+        .env_remove("COLUMNS")
+        .output()
+        .expect("util-linux `script` (Debian bsdutils) runs the plugin on a pseudo-terminal");
+    let tty_out = String::from_utf8_lossy(&tty.stdout).replace('\r', "");
+    assert!(tty.status.success(), "{tty_out}");
+    assert!(
+        tty_out.contains("REGIME") && tty_out.contains("8/8/14") && tty_out.contains('…'),
+        "{tty_out}"
+    );
+    assert!(
+        tty_out.lines().all(|l| l.chars().count() <= 80),
+        "wider than the 80-column terminal:\n{tty_out}"
+    );
     let wide = wbp_with(&["status", "-n", &ns], &[("COLUMNS", "200")]);
     assert!(
         wide.stdout.contains(long),

@@ -8,6 +8,7 @@
 //! kubectl wbp dry-run on|off (NAME | -l SELECTOR) [-n NS]
 //! ```
 
+use std::io::IsTerminal as _;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -176,9 +177,23 @@ async fn annotate(
     Ok(())
 }
 
+/// Width to lay the table out for: `$COLUMNS` if set, else the terminal's width when stdout
+/// is a terminal, else unlimited (piped output is never truncated, as with kubectl).
 fn terminal_width() -> usize {
-    std::env::var("COLUMNS")
+    if let Some(c) = std::env::var("COLUMNS")
         .ok()
-        .and_then(|c| c.parse().ok())
+        .and_then(|c| c.trim().parse().ok())
+        .filter(|c: &usize| *c > 0)
+    {
+        return c;
+    }
+    let stdout = std::io::stdout();
+    if !stdout.is_terminal() {
+        return usize::MAX;
+    }
+    rustix::termios::tcgetwinsize(&stdout)
+        .ok()
+        .map(|w| usize::from(w.ws_col))
+        .filter(|c| *c > 0)
         .unwrap_or(120)
 }
