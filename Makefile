@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Where tools/k8s/build.sh caches the Go-built binaries (outside the repository).
 export BP_CACHE ?= $(HOME)/.cache/backpressure-operator
 K8S_BIN = $(shell tools/k8s/build.sh 2>/dev/null | tail -n1)
-APT_PACKAGES := prometheus redis-server
+APT_PACKAGES := prometheus redis-server lua5.1
 CHART := charts/backpressure-operator
 
 .PHONY: help
@@ -20,6 +20,7 @@ deps: ## Install system packages (Prometheus, Redis) if missing
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v lua5.1 >/dev/null || missing="$$missing lua5.1"; \
 	if [ -n "$$missing" ]; then \
 	  echo "deps: installing $(APT_PACKAGES)"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -30,8 +31,9 @@ deps: ## Install system packages (Prometheus, Redis) if missing
 	@command -v $(CARGO) >/dev/null || { echo "deps: Rust (cargo) is required"; exit 1; }
 
 .PHONY: k8s-bins
-k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm, Prometheus (cached by version)
+k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm, Prometheus, kstatus (cached by version)
 	@tools/k8s/build.sh >/dev/null
+	@tools/kstatus/build.sh >/dev/null
 
 .PHONY: crds
 crds: ## Regenerate crds/ and the chart's CRDs from crates/api
@@ -53,6 +55,7 @@ manifests: k8s-bins ## Render and lint the kustomize tree and the Helm chart
 	$(K8S_BIN)/helm lint --strict $(CHART)
 	$(K8S_BIN)/helm template bp $(CHART) --namespace backpressure-system >/dev/null
 	$(K8S_BIN)/helm template bp $(CHART) --namespace backpressure-system --set serviceMonitor.enabled=true >/dev/null
+	$(K8S_BIN)/helm template bp $(CHART) --namespace backpressure-system --set prometheusRule.enabled=true >/dev/null
 	@echo "manifests: kustomize and helm render"
 
 .PHONY: test

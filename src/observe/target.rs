@@ -163,11 +163,13 @@ pub async fn write_scale(
 ) -> Result<(), kube::Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
     let patch = serde_json::json!({"spec": {"replicas": replicas}});
-    api.patch_scale(
-        name,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
+    // A dedicated field manager: `spec.replicas` shows as owned by the operator, and GitOps
+    // tools can tell its writes from theirs.
+    let params = kube::api::PatchParams {
+        field_manager: Some(crate::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch_scale(name, &params, &kube::api::Patch::Merge(&patch))
     .await
     .map(|_| ())
 }
