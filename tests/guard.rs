@@ -482,6 +482,7 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    eprintln!("HPA maxReplicas by ramp stage (original 30): {ceilings:?}");
     assert!(
         ceilings.len() >= 2,
         "saw the ceiling at stages {ceilings:?}"
