@@ -40,6 +40,11 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Re-check and re-plot a recorded run (`recording.json` or its folder).
+    Check {
+        /// The recording or the output folder holding it.
+        recording: PathBuf,
+    },
     /// List the bundled scenarios.
     List,
     /// One worker process (started by the kubelet stand-in).
@@ -62,6 +67,33 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         match cli.command {
             Command::Worker(args) => backpressure_lab::worker::run(*args).await,
+            Command::Check { recording } => {
+                let path = if recording.is_dir() {
+                    recording.join("recording.json")
+                } else {
+                    recording
+                };
+                let rec: Recording = serde_json::from_slice(
+                    &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+                )?;
+                let sc = Scenario::load(&rec.scenario)?;
+                let checks = record::checks(&sc, &rec);
+                let dir = path.parent().unwrap_or(std::path::Path::new("."));
+                backpressure_lab::plot::write(&sc, &rec, &dir.join("plot"))?;
+                print!("{}", summary_table(&rec));
+                let mut ok = true;
+                for c in &checks {
+                    ok &= c.passed;
+                    println!(
+                        "  [{}] {}: {}",
+                        if c.passed { "pass" } else { "FAIL" },
+                        c.name,
+                        c.detail
+                    );
+                }
+                anyhow::ensure!(ok, "some checks failed");
+                Ok(())
+            }
             Command::List => {
                 for name in scenario::bundled() {
                     let s = Scenario::load(&name)?;

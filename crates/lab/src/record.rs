@@ -192,6 +192,33 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
             _ => need(&name, &mut out),
         }
     }
+    if let Some(phase) = scenario
+        .expect
+        .fewer_replicas_during
+        .as_deref()
+        .and_then(|p| scenario.phase(p))
+    {
+        let (from, to) = (phase.from.secs(), phase.to.secs());
+        let name = format!(
+            "{}: operator keeps fewer replicas than the queue-age scaler",
+            phase.name
+        );
+        match (op, cmp) {
+            (Some(op), Some(cmp)) => {
+                let (o, c) = (op.max_replicas(from, to), cmp.max_replicas(from, to));
+                out.push(Check {
+                    name,
+                    passed: matches!((o, c), (Some(o), Some(c)) if o < c),
+                    detail: format!(
+                        "max replicas: operator {}, queue-age scaler {}",
+                        fmt_opt(o),
+                        fmt_opt(c)
+                    ),
+                });
+            }
+            _ => need(&name, &mut out),
+        }
+    }
     if let Some(lc) = &scenario.expect.load_within_capacity
         && let Some(phase) = scenario.phase(&lc.during)
     {
@@ -343,6 +370,27 @@ mod tests {
                 .unwrap()
                 .passed
         );
+    }
+
+    #[test]
+    fn fewer_replicas_check() {
+        let s = Scenario::load("quota-overload").unwrap();
+        // Overload is 20..100 s: samples at 20..100 are indices 2..=10.
+        let rec = |op: &[i32]| Recording {
+            runs: vec![
+                run(OPERATOR, op),
+                run(HPA_LIKE, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
+            ],
+            ..Recording::default()
+        };
+        let find = |r: &Recording| {
+            checks(&s, r)
+                .into_iter()
+                .find(|c| c.name.contains("fewer replicas"))
+                .unwrap()
+        };
+        assert!(find(&rec(&[2, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4])).passed);
+        assert!(!find(&rec(&[2, 2, 3, 4, 10, 4, 4, 4, 4, 4, 4])).passed);
     }
 
     #[test]

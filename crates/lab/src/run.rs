@@ -192,13 +192,14 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     namespaces.push((HPA_LIKE, HPA_RUN_NS));
 
     // Per run: namespace, queue, dependency.
-    let t0_guess = Instant::now();
+    // The dependencies' schedules start for real at time zero (`set_start` below).
+    let setup_start = Instant::now();
     let mut runs: Vec<RunCtx> = Vec::new();
     for (label, ns) in &namespaces {
         cluster.namespace(ns).await?;
         let queue = Queue::connect(&redis.url(), ns, vis, max_deliveries).await?;
         queue.create().await?;
-        let dependency = Dependency::start(sc.dependency.clone(), sc.seed, t0_guess, ns).await?;
+        let dependency = Dependency::start(sc.dependency.clone(), sc.seed, setup_start, ns).await?;
         runs.push(RunCtx {
             label,
             namespace: ns,
@@ -446,7 +447,6 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     }
     say(show, "lab: stopping workers ...");
     kubelet.shutdown().await;
-    let t = t0.elapsed().as_secs_f64();
     for r in runs.iter_mut() {
         if let Ok(st) = r.queue.stats().await
             && let Some(last) = r.record.samples.last_mut()
@@ -458,7 +458,6 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             last.in_stream = st.in_stream;
             last.queue_depth = st.depth();
         }
-        let _ = t;
     }
     qtask.abort();
     if let Some(t) = sd_task {

@@ -245,6 +245,9 @@ pub struct Expectations {
     /// while there is a backlog.
     #[serde(default)]
     pub load_within_capacity: Option<LoadCheck>,
+    /// In this phase the operator's highest replica count stays below the comparison's.
+    #[serde(default)]
+    pub fewer_replicas_during: Option<String>,
     /// The operator run dead-letters fewer messages than the comparison.
     #[serde(default)]
     pub fewer_dead_letters: bool,
@@ -391,6 +394,7 @@ impl Scenario {
             .expect
             .hold_during
             .iter()
+            .chain(self.expect.fewer_replicas_during.iter())
             .chain(self.expect.load_within_capacity.iter().map(|l| &l.during))
         {
             if !phase_names.contains(&name.as_str()) {
