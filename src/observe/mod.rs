@@ -1,5 +1,6 @@
 //! Observation (I/O): the target through `/scale`, its pods, and the fleet metrics.
 
+pub mod owners;
 pub mod prometheus;
 pub mod promql;
 pub mod target;

@@ -30,6 +30,14 @@ pub struct FleetKnobs {
     pub completion_rate: f64,
     /// Serve HTTP 500 instead of metrics (a broken exporter).
     pub broken: bool,
+    /// Serve every sample with an explicit timestamp (now). Prometheus leaves such series out
+    /// of its staleness tracking, so a series frozen later keeps being returned.
+    pub explicit_timestamps: bool,
+    /// Serve every sample with this explicit timestamp (milliseconds since the epoch) and stop
+    /// the counters: an exporter stuck on old values. With `explicit_timestamps` set from the
+    /// start, Prometheus keeps returning the old samples (no staleness marker) until its
+    /// lookback window ends.
+    pub frozen_at_ms: Option<i64>,
 }
 
 impl Default for FleetKnobs {
@@ -43,6 +51,8 @@ impl Default for FleetKnobs {
             arrival_rate: 10.0,
             completion_rate: 10.0,
             broken: false,
+            explicit_timestamps: false,
+            frozen_at_ms: None,
         }
     }
 }
@@ -124,6 +134,9 @@ impl FakeFleet {
 fn advance(s: &mut State) {
     let dt = s.last.elapsed().as_secs_f64();
     s.last = Instant::now();
+    if s.knobs.frozen_at_ms.is_some() {
+        return;
+    }
     let k = &s.knobs;
     s.failures += k.attempt_rate * k.failure_rate * dt;
     s.successes += k.attempt_rate * (1.0 - k.failure_rate) * dt;
@@ -184,5 +197,25 @@ fn render(state: &Mutex<State>, workload: &str, pods: usize) -> (&'static str, S
         m::QUEUE_COMPLETIONS_TOTAL,
         s.completions
     ));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let stamp = s
+        .knobs
+        .frozen_at_ms
+        .or(s.knobs.explicit_timestamps.then_some(now_ms));
+    if let Some(ts) = stamp {
+        out = out
+            .lines()
+            .map(|l| {
+                if l.starts_with('#') {
+                    format!("{l}\n")
+                } else {
+                    format!("{l} {ts}\n")
+                }
+            })
+            .collect();
+    }
     ("200 OK", out)
 }

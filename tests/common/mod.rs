@@ -42,6 +42,9 @@ pub async fn install_crds(client: &kube::Client) {
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
+pub mod badpods;
+pub mod fakeprom;
 pub mod fleet;
 pub mod operator;
 pub mod pods;
+pub mod scene;

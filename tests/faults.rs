@@ -1,0 +1,783 @@
+//! Faults under the real operator (issue 8), against real components: the real binary as its
+//! own ServiceAccount with the chart's RBAC, a real kube-apiserver + etcd (restarted under the
+//! operator in one test), a real Prometheus scraping a fake fleet (behind a fault-injecting
+//! proxy in one test), real worker admin servers next to pods that refuse or hang.
+//!
+//! Each test fails when the behaviour breaks:
+//! - the kube-apiserver restarts: the operator survives, its watches resume (a spec change made
+//!   after the restart is acted on), and every scale write it made changed the replicas (no
+//!   duplicate writes: the audit log's count equals the Deployment's generation changes);
+//! - leader failover: the standby takes over within the lease duration and continues the ramp
+//!   from status; only the leader acts;
+//! - Prometheus slow, failing, NaN, empty, and stale: MetricsUnavailable with the fallback,
+//!   never a scale towards zero (the test makes a misread zero visible), and recovery;
+//! - a conflicting writer: followed, not fought; no flapping;
+//! - pods that refuse or hang on config push: retried with backoff, counted out of sync, and a
+//!   healthy object in another namespace keeps its pace.
+//!
+//! The tests share the operator-wide state of one control plane (and one restarts it), so they
+//! run one at a time.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+
+mod common;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use backpressure_api::conditions as cond;
+use backpressure_api::v1alpha1::{Regime, WorkerBackpressureStatus};
+use backpressure_envtest::{Prometheus, TestEnv};
+use common::badpods::{self, Refusal};
+use common::fakeprom::{FakeProm, PromMode};
+use common::fleet::{FakeFleet, FleetKnobs};
+use common::operator::{OPERATOR_NAMESPACE, Operator};
+use common::pods;
+use common::scene::{Scene, condition, has_condition, spec, tail, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use serde_json::json;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// No Prometheus listens here.
+const NO_PROMETHEUS: &str = "http://127.0.0.1:9";
+
+/// Queue age at the target, no backoff: the sizing keeps the current replicas.
+fn steady(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.queue_age = 10.0;
+    k.queue_depth = 0.0;
+    k.arrival_rate = 10.0;
+    k.completion_rate = 10.0;
+}
+
+/// Queue age ten times the target: scale out.
+fn backlog(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.queue_age = 100.0;
+    k.queue_depth = 1000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 20.0;
+}
+
+fn failing(k: &mut FleetKnobs) {
+    k.backoff = 0.6;
+    k.failure_rate = 0.4;
+    k.queue_age = 200.0;
+    k.queue_depth = 2000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 10.0;
+}
+
+fn recovered(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.completion_rate = 40.0;
+}
+
+/// A namespace with Deployment `w`, a fake fleet for it and a real Prometheus scraping it.
+struct Fleet {
+    scene: Scene,
+    fleet: FakeFleet,
+    prom: Prometheus,
+}
+
+impl Fleet {
+    async fn new(prefix: &str, replicas: i32, pods: usize) -> Fleet {
+        let scene = Scene::new(prefix).await;
+        scene.deployment("w", replicas).await;
+        // At least one worker exports a backoff, whether or not Pod objects exist.
+        let fleet = FakeFleet::start(&scene.ns, "w", pods.max(1));
+        let prom = Prometheus::start().unwrap();
+        prom.set_targets(&[fleet.target()]).unwrap();
+        Fleet { scene, fleet, prom }
+    }
+
+    async fn diag(&self, name: &str, ops: &[&Operator]) -> String {
+        let s = self.scene.status(name).await;
+        let logs: Vec<String> = ops.iter().map(|o| tail(&o.log(), 60)).collect();
+        format!(
+            "replicas: {}\nstatus: {}\noperator logs:\n{}",
+            self.scene.replicas("w").await,
+            serde_json::to_string_pretty(&s).unwrap_or_default(),
+            logs.join("\n----\n")
+        )
+    }
+
+    async fn wait_status(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        ops: &[&Operator],
+        pred: impl Fn(&WorkerBackpressureStatus) -> bool,
+    ) -> WorkerBackpressureStatus {
+        wait_for(
+            timeout,
+            what,
+            || self.diag(name, ops),
+            || async {
+                let s = self.scene.status(name).await;
+                pred(&s).then_some(s)
+            },
+        )
+        .await
+    }
+}
+
+/// The value of the unlabelled sample `name` in a metrics exposition.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Fails today: kube-runtime backs off the controller's *merged* trigger stream on an error of
+/// any one watch, with its default exponential backoff (30 s and more); after a restart every
+/// watch resumes with a 410 and relists, one at a time behind the growing backoff, and a spec
+/// change made after the restart went unseen for more than 90 s. With a short, capped
+/// `Controller::trigger_backoff` (the fix in the issue-8 report, in `src/controller.rs`) it is
+/// acted on within about 11 s and this test passes.
+#[tokio::test]
+#[ignore = "needs the trigger_backoff fix in src/controller.rs (issue 8 report)"]
+async fn kube_apiserver_restart_resumes_watches_without_duplicate_writes() {
+    let _serial = serial();
+    let w = Fleet::new("apirestart", 2, 0).await;
+    w.fleet.set(backlog);
+    w.scene
+        .apply(
+            "w",
+            spec(
+                "w",
+                "w",
+                &w.prom.url(),
+                json!({"scaling": {"maxReplicas": 6}}),
+            ),
+        )
+        .await;
+    let mut op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
+
+    // Scaled out to the maximum: 2 -> 4 -> 6.
+    wait_for(
+        Duration::from_secs(60),
+        "replicas 6",
+        || async { w.diag("w", &[&op]).await },
+        || async { (w.scene.replicas("w").await == 6).then_some(()) },
+    )
+    .await;
+
+    let env = w.scene.env;
+    tokio::task::spawn_blocking(move || env.restart_apiserver(Duration::from_secs(3)))
+        .await
+        .unwrap()
+        .expect("kube-apiserver restarts");
+    assert!(
+        op.process.is_running(),
+        "the operator died with the API server:\n{}",
+        tail(&op.log(), 40)
+    );
+
+    // A change made after the restart reaches the operator only through a resumed watch (a
+    // requeue alone would reconcile the cached, old spec).
+    w.scene
+        .apply(
+            "w",
+            spec(
+                "w",
+                "w",
+                &w.prom.url(),
+                json!({"scaling": {"maxReplicas": 10}}),
+            ),
+        )
+        .await;
+    let generation = w.scene.wbps().get("w").await.unwrap().metadata.generation;
+    let restarted = Instant::now();
+    let s = w
+        .wait_status(
+            "w",
+            Duration::from_secs(60),
+            "the new spec acted on after the restart",
+            &[&op],
+            |s| {
+                s.observed_generation == generation
+                    && s.replicas.as_ref().is_some_and(|r| r.current == 10)
+            },
+        )
+        .await;
+    eprintln!(
+        "the spec change made after the restart was acted on within {:?}",
+        restarted.elapsed()
+    );
+    assert_eq!(w.scene.replicas("w").await, 10, "{s:?}");
+
+    // Settle, then compare the writes with what they changed: every scale write bumped the
+    // Deployment's generation (created at 1), so no write was a duplicate.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let writes = w.scene.operator_scale_writes("w");
+    let changes = w.scene.deployment_generation("w").await - 1;
+    assert_eq!(
+        writes as i64, changes,
+        "{writes} scale writes for {changes} replica changes"
+    );
+    assert!(
+        writes >= 4,
+        "expected 2->4->6 and 6->8->10, saw {writes} writes"
+    );
+    assert!(op.process.is_running());
+    op.process.stop();
+    w.scene.delete_all().await;
+}
+
+async fn lease_holder(client: &kube::Client, name: &str) -> Option<String> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    api.get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+#[tokio::test]
+async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
+    let _serial = serial();
+    // The chart's RBAC lets the operator touch only its own Lease.
+    const LEASE: &str = "backpressure-operator-leader";
+    const LEASE_SECONDS: u64 = 4;
+    let w = Fleet::new("failover", 4, 0).await;
+    w.fleet.set(failing);
+    w.scene
+        .apply(
+            "w",
+            spec(
+                "w",
+                "w",
+                &w.prom.url(),
+                json!({"scaling": {"rampUp": {"stages": [34, 67, 100], "dwell": "8s"}}}),
+            ),
+        )
+        .await;
+    let flags = |who: &str| {
+        vec![
+            "--leader-elect=true".to_owned(),
+            format!("--lease-name={LEASE}"),
+            format!("--lease-duration={LEASE_SECONDS}s"),
+            format!("--pod-name={who}"),
+        ]
+    };
+    let fa = flags("a");
+    let fb = flags("b");
+    let mut a = Operator::start(
+        w.scene.env,
+        &w.prom.url(),
+        &fa.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    let mut b = Operator::start(
+        w.scene.env,
+        &w.prom.url(),
+        &fb.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    w.wait_status(
+        "w",
+        Duration::from_secs(60),
+        "regime DependencyFailing",
+        &[&a, &b],
+        |s| s.regime == Some(Regime::DependencyFailing),
+    )
+    .await;
+    let leader = lease_holder(&w.scene.client, LEASE)
+        .await
+        .expect("a Lease holder");
+    let (lead, standby, standby_name) = if leader == "a" {
+        (&mut a, &mut b, "b")
+    } else {
+        (&mut b, &mut a, "a")
+    };
+    // Only the leader acts: the standby reports itself as such and has not reconciled.
+    let standby_metrics = standby.scrape();
+    assert_eq!(
+        metric(&standby_metrics, "backpressure_operator_leader"),
+        Some(0.0),
+        "{standby_metrics}"
+    );
+    assert_eq!(
+        metric(
+            &standby_metrics,
+            "backpressure_operator_reconciles_total{result=\"success\"}"
+        ),
+        Some(0.0),
+        "the standby reconciled:\n{standby_metrics}"
+    );
+    assert_eq!(
+        metric(&lead.scrape(), "backpressure_operator_leader"),
+        Some(1.0)
+    );
+
+    // Recovery starts a staged ramp; kill the leader at stage 1.
+    w.fleet.set(recovered);
+    let s1 = w
+        .wait_status(
+            "w",
+            Duration::from_secs(60),
+            "ramp stage 1",
+            &[lead, standby],
+            |s| s.ramp.as_ref().is_some_and(|r| r.stage == 1),
+        )
+        .await;
+    let ramp = s1.ramp.clone().unwrap();
+    lead.kill();
+    let killed = Instant::now();
+    let killed_wall = k8s_openapi::jiff::Timestamp::now();
+    wait_for(
+        Duration::from_secs(LEASE_SECONDS + 10),
+        "the standby to take the Lease",
+        || async { w.diag("w", &[standby]).await },
+        || async {
+            (lease_holder(&w.scene.client, LEASE).await.as_deref() == Some(standby_name))
+                .then_some(())
+        },
+    )
+    .await;
+    let took = killed.elapsed();
+    eprintln!("{standby_name} took the Lease {took:?} after the leader was killed");
+    // The Lease expires LEASE_SECONDS after the last renewal (at most a third of it before the
+    // kill), and the standby tries every third of it.
+    assert!(
+        took <= Duration::from_secs(LEASE_SECONDS) + Duration::from_secs(3),
+        "takeover took {took:?} with a {LEASE_SECONDS}s lease"
+    );
+
+    // The ramp continues from status: same origin, the next stage, never restarted.
+    let s2 = w
+        .wait_status(
+            "w",
+            Duration::from_secs(60),
+            "ramp stage 2 under the new leader",
+            &[standby],
+            |s| s.ramp.as_ref().is_some_and(|r| r.stage >= 2),
+        )
+        .await;
+    let resumed = s2.ramp.clone().unwrap();
+    assert_eq!(
+        resumed.from, ramp.from,
+        "the ramp restarted: {resumed:?} vs {ramp:?}"
+    );
+    assert!(resumed.to <= ramp.to, "{resumed:?} vs {ramp:?}");
+    assert!(
+        resumed.stage_started_at.as_ref().unwrap().0 > ramp.stage_started_at.as_ref().unwrap().0,
+        "stage 2 did not start after stage 1"
+    );
+    assert_eq!(
+        metric(&standby.scrape(), "backpressure_operator_leader"),
+        Some(1.0)
+    );
+
+    // Events name their reporter: the new leader published nothing before the kill.
+    for e in w.scene.events().await {
+        if e.reporting_instance.as_deref() == Some(standby_name) {
+            let at = e
+                .event_time
+                .as_ref()
+                .map(|t| t.0)
+                .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .unwrap();
+            assert!(
+                at.as_second() >= killed_wall.as_second() - 1,
+                "{standby_name} published {:?} at {at} before the leader was killed at {killed_wall}",
+                e.reason
+            );
+        }
+    }
+    standby.process.stop();
+    w.scene.delete_all().await;
+}
+
+#[tokio::test]
+async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero() {
+    let _serial = serial();
+    let w = Fleet::new("promfaults", 3, 0).await;
+    w.fleet.set(|k| {
+        steady(k);
+        // For the stale case at the end (see FleetKnobs::frozen_at_ms).
+        k.explicit_timestamps = true;
+    });
+    let proxy = FakeProm::start(&w.prom.url(), &[(&w.scene.ns, "w")]);
+    // minReplicas 0 and an immediate scale-down: a missing value misread as zero (age 0)
+    // would take the fleet to zero within seconds.
+    w.scene
+        .apply(
+            "w",
+            spec(
+                "w",
+                "w",
+                &proxy.url(),
+                json!({"scaling": {
+                    "minReplicas": 0,
+                    "scaleDown": {"maxPercent": 100, "period": "1s", "stabilization": "0s"},
+                }}),
+            ),
+        )
+        .await;
+    let op = Operator::start(w.scene.env, NO_PROMETHEUS, &[]).await;
+    let available = |s: &WorkerBackpressureStatus| {
+        has_condition(s, cond::METRICS_AVAILABLE, "True")
+            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
+    };
+    w.wait_status(
+        "w",
+        Duration::from_secs(60),
+        "metrics available",
+        &[&op],
+        available,
+    )
+    .await;
+    assert_eq!(w.scene.replicas("w").await, 3);
+
+    let cases: Vec<(&str, PromMode, &str)> = vec![
+        ("slow", PromMode::Delay(Duration::from_secs(4)), "timed out"),
+        ("HTTP 503", PromMode::Status(503), "query failed"),
+        ("HTTP 500", PromMode::Status(500), "query failed"),
+        ("NaN", PromMode::Nan, "unknown"),
+        ("empty", PromMode::Empty, "unknown"),
+    ];
+    for (name, mode, says) in cases {
+        let queries = proxy.queries();
+        proxy.set(mode);
+        let s = w
+            .wait_status(
+                "w",
+                Duration::from_secs(30),
+                &format!("MetricsUnavailable on {name}"),
+                &[&op],
+                |s| {
+                    s.regime == Some(Regime::MetricsUnavailable)
+                        && has_condition(s, cond::METRICS_AVAILABLE, "False")
+                },
+            )
+            .await;
+        let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+        assert!(
+            c.message.contains(says),
+            "{name}: the condition should say {says:?}: {}",
+            c.message
+        );
+        assert!(
+            proxy.queries() > queries,
+            "{name}: the fault was never queried"
+        );
+        // The fallback (Hold) keeps the replicas; nothing moves towards zero.
+        for _ in 0..12 {
+            assert_eq!(w.scene.replicas("w").await, 3, "{name}: replicas changed");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        proxy.set(PromMode::Pass);
+        w.wait_status(
+            "w",
+            Duration::from_secs(30),
+            &format!("recovery after {name}"),
+            &[&op],
+            available,
+        )
+        .await;
+        assert_eq!(
+            w.scene.replicas("w").await,
+            3,
+            "{name}: replicas changed on recovery"
+        );
+    }
+
+    // Stale samples from the real Prometheus: the exporter freezes with explicit timestamps,
+    // so Prometheus keeps answering with the old samples (no staleness marker) and only their
+    // age tells that they are stale.
+    let frozen = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+    w.fleet.set(|k| k.frozen_at_ms = Some(frozen));
+    let s = w
+        .wait_status(
+            "w",
+            Duration::from_secs(40),
+            "MetricsUnavailable on stale samples",
+            &[&op],
+            |s| s.regime == Some(Regime::MetricsUnavailable),
+        )
+        .await;
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert!(
+        c.message.contains("fleet backoff"),
+        "the stale backoff is unknown: {}",
+        c.message
+    );
+    let still_there = w.prom.query("backpressure_backoff_factor").unwrap();
+    assert!(
+        still_there["data"]["result"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty()),
+        "Prometheus should still return the stale sample: {still_there}"
+    );
+    for _ in 0..12 {
+        assert_eq!(w.scene.replicas("w").await, 3, "stale: replicas changed");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    w.fleet.set(|k| k.frozen_at_ms = None);
+    w.wait_status(
+        "w",
+        Duration::from_secs(40),
+        "recovery after stale samples",
+        &[&op],
+        available,
+    )
+    .await;
+    assert_eq!(w.scene.replicas("w").await, 3);
+    drop(op);
+    w.scene.delete_all().await;
+}
+
+#[tokio::test]
+async fn a_conflicting_writer_is_followed_not_fought() {
+    let _serial = serial();
+    let w = Fleet::new("conflict", 3, 0).await;
+    w.fleet.set(steady);
+    w.scene
+        .apply("w", spec("w", "w", &w.prom.url(), json!({})))
+        .await;
+    let op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
+    w.wait_status(
+        "w",
+        Duration::from_secs(60),
+        "Healthy with metrics",
+        &[&op],
+        |s| s.regime == Some(Regime::Healthy) && has_condition(s, cond::METRICS_AVAILABLE, "True"),
+    )
+    .await;
+    assert_eq!(w.scene.operator_scale_writes("w"), 0);
+
+    // A human scales to 7 while the queue is at its target age: the operator takes the new
+    // size as the current one and has no reason to undo it.
+    w.scene.kubectl_scale("w", 7).await;
+    w.wait_status(
+        "w",
+        Duration::from_secs(20),
+        "status.replicas.current 7",
+        &[&op],
+        |s| s.replicas.as_ref().is_some_and(|r| r.current == 7),
+    )
+    .await;
+    for _ in 0..32 {
+        assert_eq!(
+            w.scene.replicas("w").await,
+            7,
+            "the operator undid the change"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        w.scene.operator_scale_writes("w"),
+        0,
+        "the operator wrote /scale in a steady state"
+    );
+
+    // Now the operator has an opinion (backlog, at most 5): it scales down to 5. A human
+    // scales to 2; the operator returns to 5 in step-limited writes, monotonically, records
+    // the human's value as its starting point, and then stays put.
+    w.fleet.set(backlog);
+    w.scene
+        .apply(
+            "w",
+            spec(
+                "w",
+                "w",
+                &w.prom.url(),
+                json!({"scaling": {"maxReplicas": 5}}),
+            ),
+        )
+        .await;
+    wait_for(
+        Duration::from_secs(40),
+        "replicas 5",
+        || async { w.diag("w", &[&op]).await },
+        || async { (w.scene.replicas("w").await == 5).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before = w.scene.operator_scale_writes("w");
+    w.scene.kubectl_scale("w", 2).await;
+    let mut seen = vec![2];
+    let mut decisions = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while *seen.last().unwrap() != 5 {
+        assert!(
+            Instant::now() < deadline,
+            "did not return to 5: {seen:?}\n{}",
+            w.diag("w", &[&op]).await
+        );
+        let r = w.scene.replicas("w").await;
+        if seen.last() != Some(&r) {
+            seen.push(r);
+        }
+        if let Some(d) = w.scene.status("w").await.last_decision
+            && decisions.last() != Some(&(d.from, d.to))
+        {
+            decisions.push((d.from, d.to));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        seen.windows(2).all(|p| p[1] > p[0]),
+        "replicas flapped after the external change: {seen:?}"
+    );
+    assert!(
+        decisions.iter().any(|(from, _)| *from == 2),
+        "no decision started from the externally set 2 replicas: {decisions:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = w.scene.operator_scale_writes("w");
+    assert!(
+        after - before <= 3,
+        "{} scale writes to return from 2 to 5 (step limit 2 pods): flapping",
+        after - before
+    );
+    assert_eq!(w.scene.replicas("w").await, 5);
+    assert_eq!(after, w.scene.operator_scale_writes("w"));
+    drop(op);
+    w.scene.delete_all().await;
+}
+
+#[tokio::test]
+async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
+    let _serial = serial();
+    let env = TestEnv::shared();
+    // Namespace A: one good pod, one answering 500, one 403, one never answering.
+    let a = Scene::new("pushfail").await;
+    a.deployment("w", 4).await;
+    let good = pods::start(env, &a.ns, "w", 0).await;
+    let bad = vec![
+        badpods::start(&a.client, &a.ns, "w", "w-500", Refusal::Status(500)).await,
+        badpods::start(&a.client, &a.ns, "w", "w-403", Refusal::Status(403)).await,
+        badpods::start(&a.client, &a.ns, "w", "w-hang", Refusal::Hang).await,
+    ];
+    a.apply(
+        "w",
+        spec(
+            "w",
+            "w",
+            NO_PROMETHEUS,
+            json!({"worker": {"maxPermits": 7}}),
+        ),
+    )
+    .await;
+    // Namespace B: a healthy workload with one good pod and live metrics.
+    let b = Fleet::new("pushok", 2, 1).await;
+    let b_pod = pods::start(env, &b.scene.ns, "w", 0).await;
+    b.fleet.set(steady);
+    b.scene
+        .apply("w", spec("w", "w", &b.prom.url(), json!({})))
+        .await;
+    let op = Operator::start(env, NO_PROMETHEUS, &[]).await;
+
+    let diag_a = || async {
+        format!(
+            "A status: {}\n{}",
+            serde_json::to_string_pretty(&a.status("w").await).unwrap_or_default(),
+            tail(&op.log(), 40)
+        )
+    };
+    let s = wait_for(
+        Duration::from_secs(60),
+        "A: 1 of 4 pods in sync, ConfigInSync=False",
+        diag_a,
+        || async {
+            let s = a.status("w").await;
+            (s.config
+                .as_ref()
+                .is_some_and(|c| c.pods_in_sync == 1 && c.pods_total == 4)
+                && has_condition(&s, cond::CONFIG_IN_SYNC, "False"))
+            .then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(good.running().max_permits, 7, "the good pod got the config");
+    let c = condition(&s, cond::CONFIG_IN_SYNC).unwrap();
+    assert!(
+        c.message.contains('1') && c.message.contains('4'),
+        "{}",
+        c.message
+    );
+    assert!(
+        !a.events_of("w", "ConfigPushFailed").await.is_empty(),
+        "no ConfigPushFailed event"
+    );
+
+    // B keeps its pace meanwhile: its pod is in sync, and a dependency failure is seen and
+    // held as fast as without the bad pods next door.
+    b.wait_status(
+        "w",
+        Duration::from_secs(30),
+        "B in sync and healthy",
+        &[&op],
+        |s| {
+            s.config.as_ref().is_some_and(|c| c.pods_in_sync == 1)
+                && s.regime == Some(Regime::Healthy)
+        },
+    )
+    .await;
+    assert_eq!(
+        b_pod.running().hash,
+        b.scene.status("w").await.config.unwrap().hash
+    );
+    let flipped = Instant::now();
+    b.fleet.set(failing);
+    b.wait_status("w", Duration::from_secs(20), "B held", &[&op], |s| {
+        s.regime == Some(Regime::DependencyFailing)
+    })
+    .await;
+    let reaction = flipped.elapsed();
+    eprintln!("B held {reaction:?} after its dependency failed");
+    // Scrape (1 s) + rate window + hold.for (2 s) + a reconcile (1 s): a few seconds; a
+    // reconcile stuck behind A's hanging pod would add its 2 s push timeout per attempt.
+    assert!(
+        reaction < Duration::from_secs(15),
+        "B reacted after {reaction:?}"
+    );
+
+    // Backoff: with a 1 s requeue, an unbacked-off retry would push ~25 times in 25 s.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    for p in &bad {
+        let times = p.push_times();
+        assert!(
+            times.len() >= 2,
+            "{}: not retried ({} pushes)",
+            p.name,
+            times.len()
+        );
+        assert!(
+            times.len() <= 7,
+            "{}: {} pushes, no backoff",
+            p.name,
+            times.len()
+        );
+        let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        eprintln!("{}: {} pushes, gaps {gaps:?}", p.name, times.len());
+        assert!(
+            gaps.last().unwrap() >= gaps.first().unwrap(),
+            "{}: the retry gaps do not grow: {gaps:?}",
+            p.name
+        );
+        if gaps.len() >= 3 {
+            assert!(
+                *gaps.last().unwrap() >= Duration::from_secs(4),
+                "{}: gaps {gaps:?}",
+                p.name
+            );
+        }
+    }
+    let s = a.status("w").await;
+    assert_eq!(s.config.as_ref().map(|c| c.pods_in_sync), Some(1), "{s:?}");
+    drop(op);
+    a.delete_all().await;
+    b.scene.delete_all().await;
+}
