@@ -6,7 +6,8 @@
 //! `tests/fixtures/keda-scaledobject-crd.yaml`). No HPA or KEDA controller runs: the tests check
 //! what the operator writes to them: scale-out disabled while held, the ceiling raised stage by
 //! stage during the ramp, and the original spec and annotations restored exactly on release, on
-//! leaving Guard mode, after an operator restart, and when the WorkerBackpressure is deleted.
+//! leaving Guard mode (also after an operator restart), when the guard moves to another
+//! autoscaler, and when the WorkerBackpressure is deleted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
 
 mod common;
@@ -588,13 +589,45 @@ async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_end
         Some(record.as_str())
     );
 
-    // Leaving Guard mode (to DryRun: nothing else writes) restores the HPA and drops the
-    // finalizer.
-    w.apply(json!({"mode": "DryRun"})).await;
-    w.wait_autoscaler("the original HPA after leaving Guard mode", |a| {
+    // The guard moves to another HPA: the first gets its settings back, the second is clamped.
+    let mut second = hpa(None);
+    second["metadata"]["name"] = json!("w2");
+    let second: DynamicObject = serde_json::from_value(second).unwrap();
+    let second = w
+        .autoscalers()
+        .create(&PostParams::default(), &second)
+        .await
+        .unwrap();
+    let second_view = guarded_view(&serde_json::to_value(&second).unwrap());
+    w.apply(json!({"guard": {"name": "w2"}})).await;
+    w.wait_autoscaler("the first HPA restored when the guard moves", |a| {
         guarded_view(a) == original_view
     })
     .await;
+    let clamped = w
+        .wait_for(
+            Duration::from_secs(30),
+            "the second HPA clamped",
+            || async {
+                let a = serde_json::to_value(w.autoscalers().get("w2").await.unwrap()).unwrap();
+                (a["spec"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled").then_some(a)
+            },
+        )
+        .await;
+    assert_eq!(clamped["spec"]["maxReplicas"], 30);
+
+    // Leaving Guard mode (to DryRun: nothing else writes) restores it and drops the finalizer.
+    w.apply(json!({"mode": "DryRun"})).await;
+    w.wait_for(
+        Duration::from_secs(30),
+        "the second HPA restored after leaving Guard mode",
+        || async {
+            let a = serde_json::to_value(w.autoscalers().get("w2").await.unwrap()).unwrap();
+            (guarded_view(&a) == second_view).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(guarded_view(&w.autoscaler().await), original_view);
     w.wait_for(
         Duration::from_secs(20),
         "finalizer removed and status.guard gone",
