@@ -170,8 +170,8 @@ pub async fn write_scale(
         ..Default::default()
     };
     api.patch_scale(name, &params, &kube::api::Patch::Merge(&patch))
-    .await
-    .map(|_| ())
+        .await
+        .map(|_| ())
 }
 
 /// One requirement of a label selector in its string form.
