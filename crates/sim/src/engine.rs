@@ -77,7 +77,8 @@ pub struct Sample {
     pub backoff: f32,
     /// Dependency capacity (requests per second) at the end of the second.
     pub capacity: f32,
-    /// Ready pods whose permits are below the maximum.
+    /// Ready pods whose permits are below the maximum, not counting pods still in their startup
+    /// ramp (`Mode::Starting`).
     pub throttled: u32,
     /// The autoscaler's regime, when it reports one.
     pub regime: Option<Regime>,
@@ -227,6 +228,7 @@ impl<'a> Simulation<'a> {
                 w.probe_initial.secs(),
             )),
             probe_max: Nanos::from_duration(std::time::Duration::from_secs_f64(w.probe_max.secs())),
+            initial_permits: w.initial_permits,
             ..Settings::default()
         }
     }
@@ -272,8 +274,19 @@ impl<'a> Simulation<'a> {
         let mut spare: Vec<InFlight> = Vec::new();
         let mut polled: Vec<(u32, u8)> = Vec::new();
 
+        // The initial replicas have been running before the simulation starts (like the warm-up
+        // of the autoscaler's rate window): their controllers are past their startup ramp.
+        let established = Settings {
+            initial_permits: 0,
+            ..settings.clone()
+        };
         let new_pod = |fleet: &mut Fleet, ready_at: u64| {
             let seed = SimRng::derive_seed(s.seed, "controller", fleet.created);
+            let settings = if ready_at == 0 {
+                &established
+            } else {
+                &settings
+            };
             fleet.created += 1;
             let pod = Pod {
                 controller: controller::build(settings.clone(), seed),
@@ -488,7 +501,11 @@ impl<'a> Simulation<'a> {
                     }
                     ready += 1;
                     backoff += p.controller.backoff(now);
-                    if p.controller.limit(now) < max_permits {
+                    // A pod ramping up after its start is not throttled (its backoff is 0 and it
+                    // is not reacting to failures); a pod below maxPermits otherwise is.
+                    if p.controller.limit(now) < max_permits
+                        && p.controller.mode() != controller::Mode::Starting
+                    {
                         throttled += 1;
                     }
                 }

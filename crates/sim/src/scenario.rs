@@ -228,6 +228,10 @@ pub struct WorkersSpec {
     /// Largest probe interval.
     #[serde(default = "default_probe_max")]
     pub probe_max: Dur,
+    /// Permits of a freshly started pod's controller, which ramps up from there
+    /// (`Settings::initial_permits` of the worker library; 0 starts at `maxPermits`).
+    #[serde(default = "default_initial_permits")]
+    pub initial_permits: u32,
     /// Local processing time before the dependency call.
     #[serde(default = "default_processing")]
     pub processing: LogNormal,
@@ -245,6 +249,9 @@ fn default_probe_initial() -> Dur {
 fn default_probe_max() -> Dur {
     Dur(backpressure_api::defaults::PROBE_MAX.as_secs_f64())
 }
+fn default_initial_permits() -> u32 {
+    backpressure_worker::controller::RECOMMENDED_INITIAL_PERMITS
+}
 fn default_processing() -> LogNormal {
     LogNormal {
         mean: Dur(0.2),
@@ -260,6 +267,7 @@ impl Default for WorkersSpec {
             reaction: None,
             probe_initial: default_probe_initial(),
             probe_max: default_probe_max(),
+            initial_permits: default_initial_permits(),
             processing: default_processing(),
         }
     }

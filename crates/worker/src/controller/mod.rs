@@ -9,7 +9,8 @@
 //!
 //! Controllers (chosen by [`Algorithm`] in the [`WorkerConfig`]):
 //!
-//! - [`SetPoint`] (default): the set-point integrator with probing and slow start;
+//! - [`SetPoint`] (default): the set-point integrator with probing and slow start, starting up
+//!   in [`Mode::Starting`] (see [`Settings::initial_permits`]);
 //! - [`RatioThrottle`]: Google SRE client-side throttling with `K = 1/(1 - s)`, windowed;
 //! - [`Fixed`]: always `maxPermits`, honouring the operator's brake;
 //! - [`Off`]: always `maxPermits`, brake ignored.
@@ -161,6 +162,10 @@ pub enum Mode {
     Probing,
     /// A probe succeeded: permits grow by one per success up to the slow-start threshold.
     SlowStart,
+    /// A freshly built controller ramps its permits up from [`Settings::initial_permits`]
+    /// instead of starting at `maxPermits` (see [`SetPoint`]). Not a backoff: the backoff
+    /// factor stays 0 unless the integrator itself rises.
+    Starting,
 }
 
 impl Mode {
@@ -170,6 +175,7 @@ impl Mode {
             Mode::Normal => "normal",
             Mode::Probing => "probing",
             Mode::SlowStart => "slow_start",
+            Mode::Starting => "starting",
         }
     }
 }
@@ -244,12 +250,42 @@ pub struct Settings {
     pub health_check_probes: bool,
     /// [`RatioThrottle`] only: length of the sliding window.
     pub ratio_window: Nanos,
+    /// [`SetPoint`] only: the permits of a freshly built controller. It starts in
+    /// [`Mode::Starting`] with this many permits and ramps up to `max_permits` over about 16
+    /// round trips (slower, or down, while dependency failures exceed the set point; see
+    /// [`SetPoint#starting-up`]), so that pods started
+    /// together (a scale-out, a rollout) do not all open `max_permits` calls at once against a
+    /// dependency that may just be recovering. 0 (the default, [`DEFAULT_INITIAL_PERMITS`]), or
+    /// at least `max_permits`, starts at `max_permits`; [`RECOMMENDED_INITIAL_PERMITS`] is what
+    /// the simulator measured.
+    ///
+    /// ```
+    /// use backpressure_worker::controller::{self, Mode, Nanos, Outcome, Settings};
+    ///
+    /// let mut c = controller::build(Settings { initial_permits: 2, ..Settings::default() }, 7);
+    /// let now = Nanos::from_secs(1);
+    /// assert_eq!((c.mode(), c.permits(now, 0), c.backoff(now)), (Mode::Starting, 2, 0.0));
+    /// for _ in 0..3 {
+    ///     c.record(now, Outcome::Success); // about a round trip: one more permit
+    /// }
+    /// assert_eq!(c.permits(now, 0), 3);
+    /// while c.mode() == Mode::Starting {
+    ///     c.record(now, Outcome::Success);
+    /// }
+    /// assert_eq!((c.mode(), c.permits(now, 0), c.backoff(now)), (Mode::Normal, 16, 0.0));
+    /// ```
+    pub initial_permits: u32,
 }
 
 /// Default [`Settings::credit`].
 pub const DEFAULT_CREDIT: f64 = 1.0;
 /// Default [`Settings::ratio_window`] (grpc-go's adaptive throttler uses 30 s).
 pub const DEFAULT_RATIO_WINDOW: Nanos = Nanos::from_secs(30);
+/// Default [`Settings::initial_permits`]: 0, start at `maxPermits` (startup ramp off).
+pub const DEFAULT_INITIAL_PERMITS: u32 = 0;
+/// A recommended [`Settings::initial_permits`] (what the simulator's backpressure workers use):
+/// like the slow start after a successful probe.
+pub const RECOMMENDED_INITIAL_PERMITS: u32 = 2;
 
 impl Settings {
     /// The settings of a (validated) wire configuration, with library defaults for the rest.
@@ -265,6 +301,7 @@ impl Settings {
             credit: DEFAULT_CREDIT,
             health_check_probes: false,
             ratio_window: DEFAULT_RATIO_WINDOW,
+            initial_permits: DEFAULT_INITIAL_PERMITS,
         }
         .sanitized()
     }

@@ -7,6 +7,9 @@ use super::{
     Brake, Controller, Mode, Nanos, Outcome, Settings, brake_cap, clamp01, earliest, limit_for,
 };
 
+/// A healthy startup ramp takes about this many round trips (see [`SetPoint#starting-up`]).
+const STARTUP_ROUND_TRIPS: f64 = 16.0;
+
 /// How fast the remembered peak of permits decays: one permit per this many nanoseconds.
 const PEAK_DECAY_PER_PERMIT: f64 = 3e9;
 
@@ -29,6 +32,26 @@ const PEAK_DECAY_PER_PERMIT: f64 = 3e9;
 ///
 /// The credit below zero ([`Settings::credit`]) absorbs isolated failures after a healthy period
 /// so that a failure fraction clearly under the set point never reduces permits.
+///
+/// # Starting up
+///
+/// A fresh controller (with `0 < initial_permits < maxPermits`) starts in [`Mode::Starting`]:
+/// its permits are capped by a startup window `w` that begins at `initial_permits` and moves by
+/// `g/w` per outcome, `+1` for a success and `-(1 - s)/s` for a dependency failure, never below
+/// 1, with `g = maxPermits/16`. Since a round trip completes about `w` outcomes, a healthy
+/// dependency adds `g` permits per round trip (a linear ramp over about 16 round trips,
+/// whatever `maxPermits`), and the window grows exactly when the failure fraction is below the
+/// set point and shrinks when it is above: the set-point integrator again, in permits. Startup
+/// ends, in [`Mode::Normal`], once the window reaches the integrator's own limit (`maxPermits`
+/// while the backoff is 0), or in [`Mode::Probing`] if the integrator backs off fully. The
+/// integrator runs as usual meanwhile (with the full credit of a fresh worker), so the backoff
+/// factor stays 0 during a healthy startup: starting is not backing off.
+///
+/// Why linear and not TCP's doubling per round trip: the failures of an overloaded dependency
+/// are seen a round trip (or a rate limiter's burst) late; pods started together (a scale-out
+/// after an outage) that double their windows each round trip reach `maxPermits` before the
+/// first failure comes back. Cost: a healthy pod reaches full permits about 16 round trips after
+/// its start.
 #[derive(Clone, Debug)]
 pub struct SetPoint {
     settings: Settings,
@@ -46,10 +69,13 @@ pub struct SetPoint {
     peak: f64,
     peak_at: Option<Nanos>,
     brake: Option<Brake>,
+    /// The startup window (in [`Mode::Starting`] only).
+    window: f64,
 }
 
 impl SetPoint {
-    /// A controller at zero backoff. `seed` seeds the probe jitter.
+    /// A controller at zero backoff, starting up (see [`SetPoint#starting-up`]). `seed` seeds
+    /// the probe jitter.
     pub fn new(settings: Settings, seed: u64) -> Self {
         let settings = settings.sanitized();
         let probe = ProbeSchedule::new(settings.probe_initial, settings.probe_max, seed);
@@ -65,10 +91,62 @@ impl SetPoint {
             peak: f64::from(settings.max_permits),
             peak_at: None,
             brake: None,
+            window: 0.0,
             settings,
         };
         c.set_steps();
+        let initial = c.settings.initial_permits;
+        if initial > 0 && initial < c.settings.max_permits {
+            c.mode = Mode::Starting;
+            c.window = f64::from(initial);
+        }
         c
+    }
+
+    /// The startup window's permits (`maxPermits` once started).
+    pub fn startup_window(&self) -> u32 {
+        if self.mode == Mode::Starting {
+            (self.window.floor() as u32).clamp(1, self.settings.max_permits)
+        } else {
+            self.settings.max_permits
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn window_f64(&self) -> f64 {
+        self.window
+    }
+
+    /// Permits before the brake: the integrator's limit, capped by the startup window.
+    fn controlled_limit(&self) -> u32 {
+        self.own_limit().min(self.startup_window())
+    }
+
+    /// One outcome while starting up (see [`SetPoint#starting-up`]).
+    fn record_starting(&mut self, now: Nanos, outcome: Outcome) {
+        let s = self.settings.set_point;
+        let gain = f64::from(self.settings.max_permits) / STARTUP_ROUND_TRIPS / self.window;
+        match outcome {
+            Outcome::Success => self.window += gain,
+            Outcome::DependencyFailure => {
+                self.window = (self.window - gain * (1.0 - s) / s).max(1.0);
+            }
+            Outcome::MessageFailure => return,
+        }
+        self.integrate(outcome);
+        if self.own_limit() == 0 {
+            self.enter_probing(now);
+        } else {
+            self.finish_starting_if_done(now);
+        }
+    }
+
+    /// Ends startup once the window no longer limits anything.
+    fn finish_starting_if_done(&mut self, now: Nanos) {
+        if self.mode == Mode::Starting && self.window >= f64::from(self.own_limit()) {
+            self.mode = Mode::Normal;
+            self.track_peak(now, self.own_limit());
+        }
     }
 
     /// Sets the backoff factor directly (carrying state over from another controller, tests).
@@ -188,6 +266,7 @@ impl Controller for SetPoint {
                     Outcome::MessageFailure => self.probe.allow_now(now),
                 }
             }
+            Mode::Starting => self.record_starting(now, outcome),
             Mode::SlowStart => match outcome {
                 Outcome::Success => {
                     let p = f64::from(self.settings.max_permits);
@@ -226,7 +305,7 @@ impl Controller for SetPoint {
                     1
                 }
             }
-            _ => self.own_limit().min(cap).saturating_sub(in_flight),
+            _ => self.controlled_limit().min(cap).saturating_sub(in_flight),
         }
     }
 
@@ -238,7 +317,7 @@ impl Controller for SetPoint {
 
     fn limit(&self, now: Nanos) -> u32 {
         let cap = brake_cap(self.brake.as_ref(), self.settings.max_permits, now);
-        self.own_limit().min(cap)
+        self.controlled_limit().min(cap)
     }
 
     fn backoff(&self, now: Nanos) -> f64 {
@@ -262,6 +341,7 @@ impl Controller for SetPoint {
         self.set_steps();
         self.peak = self.peak.min(f64::from(self.settings.max_permits));
         self.settle(now);
+        self.finish_starting_if_done(now);
     }
 
     fn set_brake(&mut self, brake: Option<Brake>) {

@@ -56,6 +56,159 @@ fn next_probe_time(c: &mut dyn Controller, from: Nanos) -> Nanos {
     panic!("no probe granted after {from:?}: {c:?}");
 }
 
+fn starting(max_permits: u32, initial_permits: u32) -> SetPoint {
+    SetPoint::new(
+        Settings {
+            initial_permits,
+            ..settings(max_permits, 0.05, 20)
+        },
+        1,
+    )
+}
+
+#[test]
+fn startup_ramps_one_permit_per_round_trip_without_backoff_and_keeps_the_credit() {
+    let mut c = starting(16, 2);
+    assert_eq!(c.mode(), Mode::Starting);
+    assert_eq!((c.permits(T0, 0), c.limit(T0), c.backoff(T0)), (2, 2, 0.0));
+    assert_eq!(
+        c.permits(T0, 2),
+        0,
+        "in-flight messages count against the window"
+    );
+    // maxPermits/16 = 1 permit per w successes: about (16² - 2²)/2 = 126 successes to the top.
+    let (mut successes, mut last) = (0u32, 2u32);
+    while c.mode() == Mode::Starting {
+        c.record(T0, Outcome::Success);
+        successes += 1;
+        let limit = c.limit(T0);
+        assert!(limit == last || limit == last + 1, "{last} -> {limit}");
+        assert_eq!(c.backoff(T0), 0.0);
+        last = limit;
+    }
+    assert!((120..=135).contains(&successes), "{successes} successes");
+    assert_eq!(
+        (c.mode(), c.limit(T0), c.backoff(T0)),
+        (Mode::Normal, 16, 0.0)
+    );
+    // A healthy startup leaves the fresh worker's credit intact: N failures change nothing.
+    for _ in 0..20 {
+        c.record(T0, Outcome::DependencyFailure);
+    }
+    assert_eq!(c.limit(T0), 16);
+    c.record(T0, Outcome::DependencyFailure);
+    assert_eq!(c.limit(T0), 15);
+}
+
+#[test]
+fn startup_ramp_is_scaled_to_max_permits() {
+    // maxPermits 160: g = 10 permits per round trip (w successes); w² grows by about 2g per
+    // success, so 20 successes from 20 give about sqrt(400 + 400) = 28.
+    let mut c = starting(160, 20);
+    for _ in 0..20 {
+        c.record(T0, Outcome::Success);
+    }
+    assert!((27..=29).contains(&c.limit(T0)), "{}", c.limit(T0));
+}
+
+#[test]
+fn startup_window_shrinks_above_the_set_point_and_never_below_one() {
+    let mut c = starting(16, 2);
+    while c.limit(T0) < 10 {
+        c.record(T0, Outcome::Success);
+    }
+    let w = c.window_f64();
+    // s = 5 %: a failure costs (1 - s)/s = 19 times what a success adds (1/w).
+    c.record(T0, Outcome::DependencyFailure);
+    assert!((c.window_f64() - (w - 19.0 / w)).abs() < 1e-9);
+    assert_eq!(c.mode(), Mode::Starting);
+    // Message failures say nothing about the dependency.
+    c.record(T0, Outcome::MessageFailure);
+    assert!((c.window_f64() - (w - 19.0 / w)).abs() < 1e-9);
+    // A failure fraction above the set point (1 in 10) takes the window down to 1 and keeps it
+    // there.
+    for _ in 0..50 {
+        for _ in 0..9 {
+            c.record(T0, Outcome::Success);
+        }
+        c.record(T0, Outcome::DependencyFailure);
+        assert_eq!(c.mode(), Mode::Starting);
+    }
+    assert!(c.limit(T0) <= 2, "{}", c.limit(T0));
+    for _ in 0..40 {
+        c.record(T0, Outcome::DependencyFailure);
+        if c.mode() == Mode::Starting {
+            assert_eq!(c.startup_window(), 1);
+        }
+    }
+}
+
+#[test]
+fn an_outage_during_startup_ends_it_in_probing() {
+    let mut c = starting(16, 2);
+    // The integrator runs meanwhile: the credit (N failures), then its limit falls from 16; the
+    // window stays at 1 until that limit is 1 too (startup over), and the next failure takes
+    // the limit to 0: full backoff.
+    for i in 0..38 {
+        c.record(T0, Outcome::DependencyFailure);
+        let expected = if i < 37 { Mode::Starting } else { Mode::Normal };
+        assert_eq!(
+            (c.mode(), c.limit(T0)),
+            (expected, 1),
+            "after {} failures",
+            i + 1
+        );
+    }
+    c.record(T0, Outcome::DependencyFailure);
+    assert_eq!(
+        (c.mode(), c.backoff(T0), c.limit(T0)),
+        (Mode::Probing, 1.0, 0)
+    );
+}
+
+#[test]
+fn startup_ends_when_the_integrator_limits_more_than_the_window() {
+    let mut c = starting(16, 2);
+    for _ in 0..6 {
+        c.record(T0, Outcome::Success);
+    }
+    // Window 8; 36 net failures lift the integrator (credit 1) to backoff > 1/2 while the
+    // window sits at 1; then successes grow the window back up to the integrator's limit.
+    for _ in 0..36 {
+        c.record(T0, Outcome::DependencyFailure);
+    }
+    let own = limit_for(16, c.integrator());
+    assert!(own < 16 && own > 1, "own limit {own}");
+    while c.mode() == Mode::Starting {
+        c.record(T0, Outcome::Success);
+    }
+    assert_eq!(c.mode(), Mode::Normal);
+    assert_eq!(c.limit(T0), limit_for(16, c.integrator()));
+    assert!(c.backoff(T0) > 0.0);
+}
+
+#[test]
+fn startup_is_off_by_default_and_ends_on_carry_over_or_a_smaller_max() {
+    assert_eq!(SetPoint::new(Settings::default(), 1).mode(), Mode::Normal);
+    assert_eq!(starting(16, 16).mode(), Mode::Normal);
+    assert_eq!(starting(16, 0).mode(), Mode::Normal);
+    let mut c = starting(16, 2);
+    c.start_from(T0, 0.25);
+    assert_eq!((c.mode(), c.limit(T0)), (Mode::Normal, 12));
+    let mut c = starting(16, 2);
+    for _ in 0..3 {
+        c.record(T0, Outcome::Success);
+    }
+    c.reconfigure(
+        T0,
+        Settings {
+            initial_permits: 2,
+            ..settings(3, 0.05, 20)
+        },
+    );
+    assert_eq!((c.mode(), c.limit(T0)), (Mode::Normal, 3));
+}
+
 #[test]
 fn integrator_steps_are_one_over_n_and_s_over_one_minus_s_n() {
     let mut c = plain(16, 0.05, 20);
@@ -676,15 +829,20 @@ proptest! {
         max_permits in 4u32..64,
         extra_reaction in 0u32..40,
         latency_ms in 5u64..500,
+        starting in any::<bool>(),
         seed in any::<u64>(),
     ) {
+        let initial_permits = if starting { RECOMMENDED_INITIAL_PERMITS } else { 0 };
         let f = (set_point + excess).min(0.95);
         let capacity = f64::from(max_permits) * (1.0 - f);
         // The model needs capacity for one message at the set point; below that, full backoff
         // and probing take over (tested separately).
         prop_assume!(capacity >= 1.5);
         let reaction = backpressure_api::defaults::reaction(max_permits) + extra_reaction;
-        let mut c = build(Settings { algorithm, ..settings(max_permits, set_point, reaction) }, seed);
+        let mut c = build(
+            Settings { algorithm, initial_permits, ..settings(max_permits, set_point, reaction) },
+            seed,
+        );
         let mut sim = LoadSim::new(seed ^ 0x5eed, Nanos::from_millis(latency_ms));
         let mut fail = |_now: Nanos, concurrency: usize| (1.0 - capacity / concurrency as f64).max(0.0);
         let (warmup, measured) = (5_000u32, 40_000u32);
@@ -726,6 +884,44 @@ proptest! {
                 n += 1;
             }
             prop_assert_eq!(c.backoff(sim.now), 0.0, "after {} attempts", n);
+            prop_assert_eq!(c.limit(sim.now), max_permits);
+        }
+    }
+
+    /// Starting up under background noise clearly under the set point: the backoff stays 0, the
+    /// controller leaves [`Mode::Starting`] for [`Mode::Normal`] (not for a backoff) within
+    /// `64 maxPermits + 200` attempts, and from then on permits stay at maxPermits.
+    #[test]
+    fn startup_under_noise_reaches_full_permits_without_backing_off(
+        set_point in 0.01f64..0.2,
+        ratio in 0.0f64..0.5,
+        max_permits in 3u32..64,
+        initial in 1u32..3,
+        seed in any::<u64>(),
+    ) {
+        let f = set_point * ratio;
+        let reaction = backpressure_api::defaults::reaction(max_permits);
+        let mut c = SetPoint::new(
+            Settings { initial_permits: initial, ..settings(max_permits, set_point, reaction) },
+            seed,
+        );
+        prop_assert_eq!(c.mode(), Mode::Starting);
+        let mut sim = LoadSim::new(seed ^ 0xabc, Nanos::from_millis(50));
+        let mut fail = |_now: Nanos, _c: usize| f;
+        // The window's drift is at least (1 - f/s) g/w >= g/(2w) per outcome with
+        // g = maxPermits/16: at most about 16 maxPermits outcomes to the top on average.
+        let bound = 64 * max_permits + 200;
+        let mut n = 0u32;
+        while c.mode() == Mode::Starting {
+            if sim.step(&mut c, &mut fail).is_some() {
+                n += 1;
+            }
+            prop_assert_eq!(c.backoff(sim.now), 0.0);
+            prop_assert!(n < bound, "still starting after {} attempts: {:?}", n, c);
+        }
+        prop_assert_eq!(c.mode(), Mode::Normal);
+        for _ in 0..5_000 {
+            sim.step(&mut c, &mut fail);
             prop_assert_eq!(c.limit(sim.now), max_permits);
         }
     }
