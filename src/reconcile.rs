@@ -131,6 +131,7 @@ pub fn resolve_step(
         effective.metrics.address = ctx.settings.default_prometheus.clone();
     }
     let manual = annotations::read(wbp.metadata.annotations.as_ref(), now);
+    effective.manual_hold_until = manual.hold_until;
     if manual.dry_run && !effective.dry_run {
         effective.dry_run = true;
         effective.dry_run_by = Some(format!("annotation {}", annotations::DRY_RUN));
@@ -209,26 +210,11 @@ async fn reconcile_effective(
         metrics_error: observed.fleet.as_ref().err().map(ToString::to_string),
         config: Some(config),
     };
-    let mut decision = decide::decide(eff, previous, &observation);
-    // A manual hold (`kubectl wbp hold`) withholds scale-out whatever the metrics say.
-    let manual = annotations::read(wbp.metadata.annotations.as_ref(), now);
-    if let Some(until) = manual.hold_until
-        && decision.desired_replicas > decision.current_replicas
-    {
-        decision.reason = format!(
-            "manual hold until {until} (annotation {}): scale-out to {} withheld",
-            annotations::HOLD_UNTIL,
-            decision.desired_replicas
-        );
-        decision.desired_replicas = decision.current_replicas;
-        if let Some(r) = decision.status.replicas.as_mut() {
-            r.desired = decision.current_replicas;
-        }
-    }
+    let decision = decide::decide(eff, previous, &observation);
     ctx.metrics.decision(decision.regime, decision.action);
     scale_step(wbp, ctx, ns, eff, &target, &decision).await?;
     notes.extend(decision.events.iter().map(Note::from));
-    let hold_until = manual.hold_until.map(|t| t.to_string());
+    let hold_until = eff.manual_hold_until.map(|t| t.to_string());
     let clamp = guard::clamp_for(eff, &decision, hold_until.as_deref());
     let requeue_after = decision.requeue_after;
     let mut status = decision.status;

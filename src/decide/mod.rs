@@ -268,6 +268,7 @@ pub fn decide(
             }
         }
     };
+    let out = cx.manual_hold(out);
     cx.finish(out, &fleet)
 }
 
@@ -514,6 +515,27 @@ impl<'a> Ctx<'a> {
     }
 
     // --- branches -----------------------------------------------------------------------------
+
+    /// A manual hold (`kubectl wbp hold`) withholds any scale-out until it expires; the rest of
+    /// the decision (regime, recommendation, scale-in) stands.
+    fn manual_hold(&mut self, mut out: Outcome) -> Outcome {
+        let Some(until) = self.eff.manual_hold_until.filter(|u| *u > self.now) else {
+            return out;
+        };
+        self.due(truncate(until));
+        if out.desired > self.current && !self.eff.suspend {
+            out.reason = format!(
+                "manual hold until {} (kubectl wbp hold): scale-out {} → {} withheld; {}",
+                truncate(until),
+                self.current,
+                out.desired,
+                out.reason
+            );
+            out.desired = self.current;
+            out.action = Action::HoldScaleOut;
+        }
+        out
+    }
 
     fn suspended(&mut self) -> Outcome {
         self.tracking.below_release_since = None;
@@ -1279,6 +1301,16 @@ impl<'a> Ctx<'a> {
                 CondStatus::True,
                 "DependencyFailing",
                 msg,
+            );
+        } else if let Some(until) = self.eff.manual_hold_until.filter(|u| *u > self.now) {
+            b.set(
+                cond::SCALE_OUT_HELD,
+                CondStatus::True,
+                "ManualHold",
+                format!(
+                    "scale-out held by hand until {} (kubectl wbp release lifts it)",
+                    truncate(until)
+                ),
             );
         } else if let Some(since) = &self.tracking.above_hold_since
             && out.regime != Regime::MetricsUnavailable

@@ -986,3 +986,45 @@ fn a_fleet_scaled_to_zero_activates_on_backlog() {
     w.queue(Backlog);
     assert_eq!(w.step(0).regime, MetricsUnavailable);
 }
+
+#[test]
+fn a_manual_hold_withholds_scale_out_until_it_expires() {
+    // Held by hand for 40 s from t=0: a backlog that would scale 2 → 6 does not.
+    let mut eff = defaults();
+    eff.manual_hold_until = Some(at(40));
+    let mut w = World::new(eff, 2);
+    let ds = run(
+        "manual hold",
+        &mut w,
+        &[
+            step(0, 0.0, Queue::Steady, Healthy, 2, Action::None),
+            step(15, 0.0, Backlog, Backlogged, 2, HoldScaleOut),
+            step(15, 0.0, Backlog, Backlogged, 2, HoldScaleOut),
+            // Expired at 40 s: the backlog is served again.
+            step(15, 0.0, Backlog, Backlogged, 6, ScaleOut),
+        ],
+    );
+    let held = &ds[1];
+    let c = condition(&held.status, cond::SCALE_OUT_HELD);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "ManualHold")
+    );
+    assert!(
+        held.reason.contains("manual hold") && held.reason.contains("2 → 6"),
+        "{}",
+        held.reason
+    );
+    assert_eq!(held.status.replicas.as_ref().unwrap().desired, 2);
+    assert_eq!(held.status.replicas.as_ref().unwrap().recommended, 14);
+    assert!(
+        held.events.iter().any(|e| e.reason == "ScaleOutHeld"),
+        "{:?}",
+        held.events
+    );
+    let released = &ds[3];
+    assert_eq!(
+        condition(&released.status, cond::SCALE_OUT_HELD).status,
+        "False"
+    );
+}

@@ -159,6 +159,10 @@ pub struct Effective {
     pub policies: Vec<String>,
     /// Values a policy limit changed: field path → description.
     pub overrides: BTreeMap<String, String>,
+    /// A manual hold in force until this time (`kubectl wbp hold`, the
+    /// `backpressure.dev/hold-until` annotation): no scale-out, whatever the metrics say. Set by
+    /// the caller from the object's annotations; [`resolve`] leaves it empty.
+    pub manual_hold_until: Option<Timestamp>,
 }
 
 /// Resolved `spec.worker`.
@@ -751,6 +755,7 @@ pub fn resolve(
     let guard = spec.guard.clone();
 
     let mut eff = Effective {
+        manual_hold_until: None,
         target_ref: spec.target_ref.clone(),
         mode: mode.value,
         guard,
