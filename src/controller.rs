@@ -41,6 +41,8 @@ pub struct Settings {
 pub struct Context {
     /// The API client.
     pub client: kube::Client,
+    /// Consecutive reconcile failures per object (UID), for the error backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// Operator metrics.
     pub metrics: Arc<Metrics>,
     /// Batched Prometheus reads.
@@ -177,6 +179,7 @@ pub async fn run(
     );
 
     let ctx = Arc::new(Context {
+        failures: std::sync::Mutex::new(std::collections::HashMap::new()),
         hub: MetricsHub::new(metrics.clone()).map_err(RunError::Http)?,
         pusher: Pusher::new().map_err(RunError::Http)?,
         tokens: TokenSource::new(identity),
@@ -339,9 +342,46 @@ pub async fn run(
     Ok(())
 }
 
+/// Retries a failed reconcile with exponential backoff: a third of the interval, doubling per
+/// consecutive failure of the same object, at most five minutes.
 fn error_policy(wbp: Arc<WorkerBackpressure>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
-    tracing::warn!(name = %wbp.name_any(), namespace = ?wbp.namespace(), error = %err, "reconcile error");
-    Action::requeue(reconcile::jitter(ctx.settings.requeue_interval / 3, &wbp))
+    let uid = wbp.metadata.uid.clone().unwrap_or_default();
+    let failures = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(uid).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+        Err(_) => 1,
+    };
+    let delay = error_backoff(ctx.settings.requeue_interval, failures);
+    tracing::warn!(
+        name = %wbp.name_any(), namespace = ?wbp.namespace(), error = %err, failures,
+        retry_in = ?delay, "reconcile error"
+    );
+    Action::requeue(reconcile::jitter(delay, &wbp))
+}
+
+/// The retry delay after `failures` consecutive failures.
+pub fn error_backoff(interval: Duration, failures: u32) -> Duration {
+    let base = (interval / 3).max(Duration::from_millis(100));
+    base.saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(Duration::from_secs(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_backoff_doubles_up_to_five_minutes() {
+        let i = Duration::from_secs(15);
+        assert_eq!(error_backoff(i, 1), Duration::from_secs(5));
+        assert_eq!(error_backoff(i, 2), Duration::from_secs(10));
+        assert_eq!(error_backoff(i, 3), Duration::from_secs(20));
+        assert_eq!(error_backoff(i, 10), Duration::from_secs(300));
+        assert_eq!(error_backoff(i, u32::MAX), Duration::from_secs(300));
+    }
 }
 
 /// Why the operator stopped.

@@ -93,6 +93,9 @@ pub async fn reconcile(
         Err(err) => report_invalid(&wbp, &ctx, &ns, &err, now).await?,
         Ok(effective) => reconcile_effective(&wbp, &ctx, &ns, &effective, now).await?,
     };
+    if let (Ok(mut f), Some(uid)) = (ctx.failures.lock(), wbp.metadata.uid.as_deref()) {
+        f.remove(uid);
+    }
     timer.success();
     Ok(action)
 }
