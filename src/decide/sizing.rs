@@ -25,7 +25,8 @@
 //! 2. `n_rate > max(c, 1)·(1 + tol)`: `n_rate`. Arrivals or backlog exceed what the fleet
 //!    completes before the age shows it: scale out early.
 //! 3. `A / T < 1 − tol`: `n_age` (as an HPA on queue age would; the scale-down stabilization
-//!    window and step limit temper it).
+//!    window and step limit temper it), but never below the keep-up size `n_keep = λ / p`
+//!    while the fleet is saturated, `A / T > tol`; see below.
 //! 4. `A / T` within tolerance: `c`.
 //! 5. Age unknown: `n_rate` when below `c·(1 − tol)` (a draining fleet), else `c`.
 //!
@@ -33,6 +34,23 @@
 //! The result is rounded up and clamped to `[minReplicas, maxReplicas]`; that clamped value is
 //! `status.replicas.recommended`. Per-pod completion understates capacity while pods are idle,
 //! which is why rule 1 only ever scales *out* and scale-in follows the age (rule 3).
+//!
+//! # The keep-up floor of rule 3
+//!
+//! The age is not proportional to load: it is ~0 at any utilization below 1 and grows without
+//! bound above. So `c · A / T` says "almost no pods needed" as soon as a backlog is cleared,
+//! also when the fleet is just keeping up with arrivals, and an age-only scale-in removes pods
+//! until a backlog builds again: a sawtooth (in the simulator, a steady 5x surge shrank the
+//! fleet 40 → 25 and back every ~9.5 minutes). The floor stops that scale-in where it starts to
+//! hurt: while first-attempt messages wait longer than the tolerance allows for noise
+//! (`A > tol · T`), the pods are busy, `p` is their real throughput, and rule 3 recommends at
+//! least `n_keep = λ / p`, the size that keeps up with arrivals (which may exceed `c`: a small,
+//! early scale-out). It is applied only then because an unsaturated fleet completes what
+//! arrives, `μ ≈ λ`, so `λ / p ≈ r` whatever the spare capacity: as an unconditional floor it
+//! would block every scale-in. So the fleet may still scale in below `n_keep` while the age is
+//! ~0 (the operator keeps no memory of past throughput), but the first saturated decision
+//! stops the shrinking at the keep-up size instead of waiting for the age to pass the target;
+//! the cycle shrinks to the few pods between `n_keep` and the stabilized scale-in step.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -130,7 +148,19 @@ pub fn size(
             "queue age {age:.0}s / target {t:.0}s × {c:.0} replicas = {:.1}",
             c * r
         );
-        c * r
+        match keep_up(fleet, per_pod).filter(|k| r > TOLERANCE && *k > c * r) {
+            Some(k) => {
+                let _ = write!(
+                    basis,
+                    ", but saturated (age > {:.0}% of target): arrivals {}/s at {}/s per ready                      pod need {k:.1}",
+                    TOLERANCE * 100.0,
+                    num(fleet.arrival_rate.unwrap_or_default()),
+                    num(per_pod.unwrap_or_default()),
+                );
+                k
+            }
+            None => c * r,
+        }
     } else if let Some(r) = ratio {
         let _ = write!(
             basis,
@@ -178,6 +208,12 @@ pub fn size(
         backlogged,
         basis,
     })
+}
+
+/// `n_keep = λ / p`: the replicas that keep up with arrivals at the measured per-pod completion
+/// rate, when both are known.
+fn keep_up(fleet: &FleetMetrics, per_pod: Option<f64>) -> Option<f64> {
+    Some(fleet.arrival_rate? / per_pod?)
 }
 
 fn rate_basis(
@@ -446,6 +482,36 @@ mod tests {
                 Some(0),
             ),
             (
+                "saturated under target: keep-up floor, a small scale-out",
+                30,
+                30,
+                Some(30.0),
+                Some(15000.0),
+                Some(500.0),
+                Some(480.0),
+                Some(32),
+            ),
+            (
+                "saturated, keep-up below the age size: the age size",
+                30,
+                30,
+                Some(50.0),
+                Some(3000.0),
+                Some(100.0),
+                Some(480.0),
+                Some(25),
+            ),
+            (
+                "caught up (age within tolerance of 0): no floor, age-based scale-in",
+                40,
+                40,
+                Some(0.5),
+                Some(0.0),
+                Some(500.0),
+                Some(500.0),
+                Some(1),
+            ),
+            (
                 "clamped to max",
                 10,
                 10,
@@ -523,6 +589,49 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Whenever the fleet is saturated (age above the tolerance) and throughput is known,
+        /// the raw recommendation keeps up with arrivals within the tolerance
+        /// (`raw · (1 + tol) >= λ / p`; rule 4 keeps `c` in that band), and below the target
+        /// band at least `ceil(λ / p)`; with the age below the tolerance the floor never applies
+        /// (scale-in stays possible).
+        #[test]
+        fn never_below_keep_up_while_saturated(
+            current in 1i32..200,
+            ready in 1i32..200,
+            age in 0.0f64..600.0,
+            depth in proptest::option::of(0.0f64..1e6),
+            arrival in 0.0f64..5000.0,
+            completion in 0.001f64..5000.0,
+        ) {
+            let eff = effective(|s| {
+                s.min_replicas = 0;
+                s.max_replicas = 100_000;
+            });
+            let t = eff.scaling.target_queue_age.as_secs_f64();
+            let f = FleetMetrics {
+                queue_age: Some(age),
+                queue_depth: depth,
+                arrival_rate: Some(arrival),
+                completion_rate: Some(completion),
+                ..fleet(0.0)
+            };
+            let s = size(&eff.scaling, current, ready, &f).unwrap();
+            let keep = ceil_to_i32(arrival / (completion / f64::from(ready)));
+            let k = arrival / (completion / f64::from(ready));
+            if age / t > TOLERANCE {
+                proptest::prop_assert!(
+                    f64::from(s.raw) * (1.0 + TOLERANCE) >= k - 1e-6,
+                    "{} vs {k}: {}", s.raw, s.basis
+                );
+            }
+            if age / t > TOLERANCE && age / t < 1.0 - TOLERANCE {
+                proptest::prop_assert!(s.raw >= keep, "{} < {keep}: {}", s.raw, s.basis);
+            }
+            if age / t <= TOLERANCE {
+                proptest::prop_assert!(!s.basis.contains("saturated"), "{}", s.basis);
+            }
+        }
+
         /// The deque answers exactly what a brute-force maximum over the window answers.
         #[test]
         fn stabilization_matches_brute_force(
