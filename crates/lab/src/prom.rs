@@ -87,32 +87,6 @@ scrape_configs:
     )
 }
 
-/// Whether this Prometheus build has Kubernetes service discovery (Debian's has not): checks a
-/// configuration using it with `promtool` next to the binary.
-pub async fn supports_kubernetes_sd(dir: &Path, api: &ApiAccess<'_>) -> bool {
-    let Ok(bin) = Prometheus::binary() else {
-        return false;
-    };
-    let promtool = bin.with_file_name("promtool");
-    let file = dir.join("k8s-sd-check.yml");
-    if std::fs::write(
-        &file,
-        config(&Discovery::Kubernetes(api.clone()), &["x"], &[]),
-    )
-    .is_err()
-    {
-        return false;
-    }
-    tokio::process::Command::new(promtool)
-        .args(["check", "config", "--syntax-only"])
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .await
-        .is_ok_and(|s| s.success())
-}
-
 /// The `http_sd` answer for `pods`: one target per container port, labelled as Prometheus'
 /// Kubernetes pod discovery labels it.
 pub fn http_sd_targets(pods: &[k8s_openapi::api::core::v1::Pod]) -> serde_json::Value {
@@ -154,6 +128,18 @@ pub fn http_sd_targets(pods: &[k8s_openapi::api::core::v1::Pod]) -> serde_json::
     serde_json::Value::Array(groups)
 }
 
+/// The Prometheus binary: `$BP_PROMETHEUS`, else the one `tools/k8s` builds next to the
+/// control-plane binaries (with Kubernetes discovery), else the Debian package's.
+pub fn binary() -> Result<std::path::PathBuf, PromError> {
+    if std::env::var_os("BP_PROMETHEUS").is_none()
+        && let Ok(dir) = backpressure_envtest::bin_dir()
+        && dir.join("prometheus").is_file()
+    {
+        return Ok(dir.join("prometheus"));
+    }
+    Prometheus::binary().map_err(|e| PromError(e.to_string()))
+}
+
 /// A running Prometheus.
 #[derive(Debug)]
 pub struct LabPrometheus {
@@ -168,7 +154,7 @@ impl LabPrometheus {
         std::fs::create_dir_all(dir.join("data")).map_err(e)?;
         std::fs::write(dir.join("prometheus.yml"), config_text).map_err(e)?;
         let port = free_port().map_err(|e| PromError(e.to_string()))?;
-        let binary = Prometheus::binary().map_err(|e| PromError(e.to_string()))?;
+        let binary = binary()?;
         let args = vec![
             format!("--config.file={}", dir.join("prometheus.yml").display()),
             format!("--storage.tsdb.path={}", dir.join("data").display()),
@@ -176,9 +162,11 @@ impl LabPrometheus {
             "--storage.tsdb.retention.time=2h".into(),
             "--log.level=warn".into(),
         ];
-        let process = Supervised::spawn("prometheus", &binary, &args, &dir.join("prometheus.log"))
+        let log = dir.join("prometheus.log");
+        let _ = std::fs::remove_file(&log);
+        let process = Supervised::spawn("prometheus", &binary, &args, &log)
             .map_err(|e| PromError(e.to_string()))?;
-        let p = Self { port, process };
+        let mut p = Self { port, process };
         let client = reqwest::Client::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
@@ -186,6 +174,12 @@ impl LabPrometheus {
                 && r.status().is_success()
             {
                 return Ok(p);
+            }
+            if !p.process.is_running() {
+                return Err(PromError(format!(
+                    "exited at start:\n{}",
+                    p.process.log_tail(20)
+                )));
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(PromError(format!(

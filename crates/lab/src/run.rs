@@ -250,37 +250,48 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let ns_names: Vec<&str> = runs.iter().map(|r| r.namespace).collect();
     std::fs::create_dir_all(out.join("prometheus"))?;
     let mut sd_task = None;
-    let discovery = if prom::supports_kubernetes_sd(&out.join("prometheus"), &api).await {
-        prom::Discovery::Kubernetes(api.clone())
-    } else {
-        let pods: Api<Pod> = Api::all(client.clone());
-        let (addr, task) = serve(SocketAddr::from(([127, 0, 0, 1], 0)), move |_req| {
-            let pods = pods.clone();
-            async move {
-                let lp = kube::api::ListParams::default().labels(&format!(
-                    "{}={}",
-                    crate::kubelet::POD_LABEL,
-                    crate::kubelet::POD_LABEL_VALUE
-                ));
-                match pods.list(&lp).await {
-                    Ok(list) => response(
-                        200,
-                        "application/json",
-                        prom::http_sd_targets(&list.items).to_string(),
-                    ),
-                    Err(e) => response(503, "text/plain", e.to_string()),
-                }
-            }
-        })
-        .await?;
-        sd_task = Some(task);
-        prom::Discovery::Http(format!("http://{addr}/sd"))
-    };
-    let mut prometheus = LabPrometheus::start(
-        &out.join("prometheus"),
+    // Kubernetes discovery first; a Prometheus built without it (Debian's) refuses the
+    // configuration at once, and then the lab serves the same targets over http_sd.
+    let prom_dir = out.join("prometheus");
+    let mut discovery = prom::Discovery::Kubernetes(api.clone());
+    let mut prometheus = match LabPrometheus::start(
+        &prom_dir,
         &prom::config(&discovery, &ns_names, &static_targets),
     )
-    .await?;
+    .await
+    {
+        Ok(p) => p,
+        Err(e) if e.to_string().contains("kubernetes_sd_configs") => {
+            let pods: Api<Pod> = Api::all(client.clone());
+            let (addr, task) = serve(SocketAddr::from(([127, 0, 0, 1], 0)), move |_req| {
+                let pods = pods.clone();
+                async move {
+                    let lp = kube::api::ListParams::default().labels(&format!(
+                        "{}={}",
+                        crate::kubelet::POD_LABEL,
+                        crate::kubelet::POD_LABEL_VALUE
+                    ));
+                    match pods.list(&lp).await {
+                        Ok(list) => response(
+                            200,
+                            "application/json",
+                            prom::http_sd_targets(&list.items).to_string(),
+                        ),
+                        Err(e) => response(503, "text/plain", e.to_string()),
+                    }
+                }
+            })
+            .await?;
+            sd_task = Some(task);
+            discovery = prom::Discovery::Http(format!("http://{addr}/sd"));
+            LabPrometheus::start(
+                &prom_dir,
+                &prom::config(&discovery, &ns_names, &static_targets),
+            )
+            .await?
+        }
+        Err(e) => return Err(e.into()),
+    };
     say(
         show,
         &format!(

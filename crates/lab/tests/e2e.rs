@@ -7,7 +7,7 @@
 //! within 1.1x its capacity while the backlog drains, the operator dead-letters less, the
 //! operator scales out for a genuine surge, and no message is lost in either run.
 //!
-//! The operator binary must be built first (`cargo build -p backpressure-operator`, or
+//! The operator binary is built with `$CARGO` in the same profile first (or taken from
 //! `BP_OPERATOR_BIN`); without it every operator check fails with "did not run".
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,7 +33,7 @@ async fn scenario(name: &str) {
             out_dir: out.clone(),
             worker_exe: env!("CARGO_BIN_EXE_backpressure-lab").into(),
             with_operator: true,
-            build_operator: false,
+            build_operator: true,
             timeline: true,
         },
         rx,
