@@ -31,6 +31,7 @@
 
 use backpressure_api::v1alpha1::{Action, Regime};
 use backpressure_worker::controller::{self, Controller, Nanos, Outcome, Settings};
+use backpressure_worker::worker_loop::RedeliveryBackoff;
 
 use crate::autoscaler::{Autoscaler, Decision, Hpa, HpaBehavior, Observation, Ours, Static};
 use crate::dependency::Dependency;
@@ -267,7 +268,19 @@ impl<'a> Simulation<'a> {
             s.dependency.burst.secs(),
             SimRng::stream(s.seed, "dependency"),
         );
-        let mut queue = Queue::new(to_ticks(vt), s.queue.max_receives);
+        let retry_delays: Vec<u64> = match s.workers.redelivery_backoff {
+            Some(spec) => {
+                let backoff = RedeliveryBackoff {
+                    base: std::time::Duration::from_secs_f64(spec.base.secs()),
+                    max: std::time::Duration::from_secs_f64(spec.max.secs()),
+                };
+                (1..=u32::from(s.queue.max_receives))
+                    .map(|k| to_ticks(backoff.delay(k).as_secs_f64()))
+                    .collect()
+            }
+            None => vec![to_ticks(vt)],
+        };
+        let mut queue = Queue::with_delays(retry_delays, s.queue.max_receives);
         let mut autoscaler = self.autoscaler()?;
         let mut fleet = Fleet::default();
         let mut wheel: Vec<Vec<InFlight>> = vec![Vec::new(); wheel_len];

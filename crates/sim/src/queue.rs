@@ -7,13 +7,15 @@
 //!
 //! - `fresh`: never-delivered messages, one bucket per arrival tick, FIFO;
 //! - `retry`: failed messages waiting to become visible again, one bucket per (visible tick,
-//!   delivery count), in the order they become visible.
+//!   delivery count), in the order they become visible. A failed message is visible again after
+//!   the delay for its delivery count: the visibility timeout, or with the worker library's
+//!   redelivery backoff (`ChangeMessageVisibility` on failure) a delay growing with the count.
 //!
 //! A receive takes visible retries first (they are the oldest messages, and SQS serves roughly
 //! oldest first), then fresh messages. Every message keeps its exact delivery count, so the DLQ
 //! is exact per message, not a probability estimate.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::stats::Histogram;
 
@@ -23,21 +25,16 @@ struct FreshBucket {
     n: u64,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct RetryBucket {
-    visible_at: u64,
-    deliveries: u8,
-    n: u64,
-}
-
 /// The queue and its counters. Times are in ticks.
 #[derive(Clone, Debug)]
 pub struct Queue {
     fresh: VecDeque<FreshBucket>,
     fresh_len: u64,
-    retry: VecDeque<RetryBucket>,
+    /// (visible tick, delivery count) -> messages.
+    retry: BTreeMap<(u64, u8), u64>,
     retry_len: u64,
-    retry_delay: u64,
+    /// Delay in ticks after the k-th failed delivery, at index k-1 (the last one repeats).
+    retry_delays: Vec<u64>,
     max_receives: u8,
     /// Messages produced so far.
     pub produced: u64,
@@ -55,12 +52,22 @@ impl Queue {
     /// An empty queue. A failed message becomes visible `retry_delay` ticks after its failure;
     /// a message whose `max_receives`-th delivery fails goes to the DLQ.
     pub fn new(retry_delay: u64, max_receives: u8) -> Self {
+        Self::with_delays(vec![retry_delay], max_receives)
+    }
+
+    /// Like [`Queue::new`], with the delay after the k-th failed delivery at `delays[k - 1]`
+    /// (the last entry for later ones).
+    pub fn with_delays(delays: Vec<u64>, max_receives: u8) -> Self {
+        let mut retry_delays: Vec<u64> = delays.into_iter().map(|d| d.max(1)).collect();
+        if retry_delays.is_empty() {
+            retry_delays.push(1);
+        }
         Queue {
             fresh: VecDeque::new(),
             fresh_len: 0,
-            retry: VecDeque::new(),
+            retry: BTreeMap::new(),
             retry_len: 0,
-            retry_delay: retry_delay.max(1),
+            retry_delays,
             max_receives: max_receives.max(1),
             produced: 0,
             completed: 0,
@@ -85,7 +92,11 @@ impl Queue {
 
     /// Whether a receive at `now` would return anything.
     pub fn has_visible(&self, now: u64) -> bool {
-        self.fresh_len > 0 || self.retry.front().is_some_and(|b| b.visible_at <= now)
+        self.fresh_len > 0
+            || self
+                .retry
+                .first_key_value()
+                .is_some_and(|((at, _), _)| *at <= now)
     }
 
     /// Receives up to `k` messages at `now`, calling `deliver(count)` with each message's
@@ -93,22 +104,24 @@ impl Queue {
     pub fn receive(&mut self, now: u64, k: u64, mut deliver: impl FnMut(u8)) -> u64 {
         let mut taken = 0;
         while taken < k {
-            let Some(front) = self.retry.front_mut() else {
+            let Some(mut front) = self.retry.first_entry() else {
                 break;
             };
-            if front.visible_at > now {
+            let (visible_at, deliveries) = *front.key();
+            if visible_at > now {
                 break;
             }
-            let m = front.n.min(k - taken);
-            let count = front.deliveries.saturating_add(1);
+            let n = front.get_mut();
+            let m = (*n).min(k - taken);
+            let count = deliveries.saturating_add(1);
             for _ in 0..m {
                 deliver(count);
             }
-            front.n -= m;
+            *n -= m;
             self.retry_len -= m;
             taken += m;
-            if front.n == 0 {
-                self.retry.pop_front();
+            if *n == 0 {
+                front.remove();
             }
         }
         while taken < k {
@@ -143,16 +156,10 @@ impl Queue {
             self.dead_lettered += 1;
             return true;
         }
-        let visible_at = now + self.retry_delay;
+        let i = usize::from(deliveries.max(1) - 1).min(self.retry_delays.len() - 1);
+        let visible_at = now + self.retry_delays[i];
         self.retry_len += 1;
-        match self.retry.back_mut() {
-            Some(b) if b.visible_at == visible_at && b.deliveries == deliveries => b.n += 1,
-            _ => self.retry.push_back(RetryBucket {
-                visible_at,
-                deliveries,
-                n: 1,
-            }),
-        }
+        *self.retry.entry((visible_at, deliveries)).or_insert(0) += 1;
         false
     }
 
@@ -214,5 +221,29 @@ mod tests {
         assert_eq!(q.dead_lettered, 1);
         assert_eq!(q.depth(), 0);
         assert_eq!(q.deliveries, 4);
+    }
+
+    #[test]
+    fn redelivery_delay_grows_with_the_delivery_count_and_earliest_comes_first() {
+        let mut q = Queue::with_delays(vec![10, 20, 40], 5);
+        q.arrive(0, 2);
+        let mut counts = Vec::new();
+        q.receive(0, 2, |c| counts.push(c));
+        assert!(!q.nack(0, 1)); // visible at 10
+        q.receive(10, 1, |c| counts.push(c));
+        assert!(!q.nack(10, 2)); // visible at 30
+        assert!(!q.nack(12, 1)); // the other one, visible at 22: before the first
+        assert!(!q.has_visible(21));
+        q.receive(22, 5, |c| counts.push(c));
+        assert_eq!(counts, vec![1, 1, 2, 2]);
+        assert!(!q.has_visible(29));
+        q.receive(30, 5, |c| counts.push(c));
+        assert_eq!(counts, vec![1, 1, 2, 2, 3]);
+        assert!(!q.nack(30, 3)); // visible at 70
+        assert!(!q.nack(30, 2)); // visible at 50
+        assert!(!q.nack(31, 4)); // past the list: the last delay, visible at 71
+        let mut order = Vec::new();
+        q.receive(100, 5, |c| order.push(c));
+        assert_eq!(order, vec![3, 4, 5]);
     }
 }

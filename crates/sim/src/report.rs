@@ -333,8 +333,9 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
             "Scenario file `{}` (seed {}): {} simulated in {} ms ticks. Fleet {}..{} pods \
              (starting at {}, {} s startup), {} permits per pod, set point {}. Producer {} msg/s \
              at the start; dependency {} req/s, {} background failures, calls {} ms (success) / \
-             {} ms (failure) plus {} ms of local work; redelivery after {} s, DLQ after {} \
-             deliveries. Incident window {}; {} failure episodes.\n",
+             {} ms (failure) plus {} ms of local work; redelivery {}, DLQ after {} \
+             deliveries; new pods start with {} permits. Incident window {}; {} failure \
+             episodes.\n",
             s.source.as_deref().unwrap_or(&s.name),
             s.seed,
             secs(s.duration.secs()),
@@ -351,8 +352,21 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
             (s.dependency.latency.mean.secs() * 1000.0).round(),
             (s.dependency.failure_latency.mean.secs() * 1000.0).round(),
             (s.workers.processing.mean.secs() * 1000.0).round(),
-            s.queue.visibility_timeout.secs(),
+            match s.workers.redelivery_backoff {
+                Some(b) => format!(
+                    "{} s × 2^(k−1) after the k-th failure, at most {} s (the workers' \
+                     redelivery backoff)",
+                    b.base.secs(),
+                    b.max.secs()
+                ),
+                None => format!("{} s after a failure", s.queue.visibility_timeout.secs()),
+            },
             s.queue.max_receives,
+            if s.workers.initial_permits == 0 {
+                format!("{} (no startup ramp)", s.workers.max_permits)
+            } else {
+                format!("{} (startup ramp)", s.workers.initial_permits)
+            },
             incident,
             tl.episodes().len()
         );
@@ -461,14 +475,19 @@ A fixed-step (100 ms) model with exact per-message delivery counts; see the modu
 `crates/sim/src/engine.rs` for the step and its error. Per scenario:
 
 - **Producer**: Poisson arrivals at a rate that changes in steps and surges.
-- **Queue**: at-least-once; a failed delivery becomes visible again a visibility timeout after \
-  the failure; a message whose last allowed delivery fails goes to the DLQ. Receives take \
+- **Queue**: at-least-once; a failed delivery becomes visible again after the delay the worker \
+  sets (`ChangeMessageVisibility`: the worker library's redelivery backoff, growing with the \
+  receive count; the visibility timeout without it); a message whose last allowed delivery \
+  fails goes to the DLQ. Receives take \
   visible redeliveries first (oldest first), then new messages. *First-attempt age* is the age \
   of the oldest message not yet delivered once.
 - **Workers**: pods that poll every tick with the permits their own controller grants (the real \
   `SetPoint` controller of `backpressure-worker` for backpressure workers, `Off` for greedy \
   ones; each pod has its own seeded instance), do some local work and one dependency call per \
-  message, and start polling a startup delay after they are created.
+  message, and start polling a startup delay after they are created. Pods added by an \
+  autoscaler start their controller in its startup ramp (`initialPermits`, 2 permits growing \
+  to the maximum over ~16 round trips); the initial replicas have been running before the \
+  simulation starts.
 - **Dependency**: a token bucket at the capacity (requests/s, 1 s burst) shared by the fleet: \
   calls above capacity fail; outages fail calls outright (hard: all; partial/spikes: a \
   fraction), capacity may come back linearly; background failures at a fixed rate; calls take \
@@ -490,6 +509,7 @@ recovery (end of the incident) until the depth is back to its pre-incident level
 theoretical minimum `backlog / spare capacity` (integrated over the returning capacity, at most \
 maxReplicas × permits / service time); *peak load / capacity* = highest 30-second ratio of calls \
 to capacity in the 10 minutes after recovery; *throttled pod-time* = share of ready pod-seconds \
-with fewer permits than the maximum; *scale-out held* = time in the `DependencyFailing` regime.
+with fewer permits than the maximum, not counting pods in their startup ramp (`Mode::Starting`: \
+backoff 0, permits growing); *scale-out held* = time in the `DependencyFailing` regime.
 
 ";

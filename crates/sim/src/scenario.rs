@@ -232,9 +232,24 @@ pub struct WorkersSpec {
     /// (`Settings::initial_permits` of the worker library; 0 starts at `maxPermits`).
     #[serde(default = "default_initial_permits")]
     pub initial_permits: u32,
+    /// With a value: the worker library's redelivery backoff (`WorkerLoop::redelivery_backoff`):
+    /// a failed message is visible again `base · 2^(k-1)` (at most `max`) after its k-th failed
+    /// delivery. Without: after the queue's visibility timeout every time.
+    #[serde(default)]
+    pub redelivery_backoff: Option<RedeliverySpec>,
     /// Local processing time before the dependency call.
     #[serde(default = "default_processing")]
     pub processing: LogNormal,
+}
+
+/// The worker library's `RedeliveryBackoff`.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedeliverySpec {
+    /// The delay after a failed first delivery.
+    pub base: Dur,
+    /// The longest delay.
+    pub max: Dur,
 }
 
 fn default_max_permits() -> u32 {
@@ -268,6 +283,7 @@ impl Default for WorkersSpec {
             probe_initial: default_probe_initial(),
             probe_max: default_probe_max(),
             initial_permits: default_initial_permits(),
+            redelivery_backoff: None,
             processing: default_processing(),
         }
     }

@@ -6,6 +6,18 @@
 //! A successful message is acked; a failed one (dependency or message failure) is nacked so the
 //! queue redelivers it and, after its maximum attempts, dead-letters it.
 //!
+//! # Redelivery backoff
+//!
+//! With [`WorkerLoop::redelivery_backoff`], a message that failed on its `k`-th receive is
+//! nacked with a delay of `base · 2^(k-1)` (capped at `max`) through [`Source::nack_after`]
+//! (SQS: `ChangeMessageVisibility` to the delay instead of waiting out the visibility timeout),
+//! when the source reports the receive count ([`Source::receive_count`]; SQS:
+//! `ApproximateReceiveCount`). Without it, a message's `maxReceives` deliveries all fall within
+//! `(maxReceives - 1) ×` the visibility timeout, and one dependency incident longer than that
+//! can dead-letter messages however little the worker sends; with `base` = the visibility
+//! timeout and 5 receives, the deliveries spread over `1 + 2 + 4 + 8 = 15` timeouts instead of
+//! 4. The cost: a message that fails for a reason of its own reaches the DLQ later.
+//!
 //! [`MemorySource`] is an in-memory queue with redelivery and a dead-letter list, for examples
 //! and tests.
 
@@ -41,6 +53,57 @@ pub trait Source: Send + Sync + 'static {
 
     /// The message failed: make it available again (or dead-letter it).
     fn nack(&self, message: Self::Message) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// How many times `message` has been received, this delivery included (1 on the first), if
+    /// the source knows (SQS: `ApproximateReceiveCount`). Needed for
+    /// [`WorkerLoop::redelivery_backoff`]; the default knows nothing.
+    fn receive_count(&self, message: &Self::Message) -> Option<u32> {
+        let _ = message;
+        None
+    }
+
+    /// The message failed: make it available again no earlier than `delay` from now (SQS:
+    /// `ChangeMessageVisibility(VisibilityTimeout = delay)`), or dead-letter it. The default
+    /// ignores the delay and calls [`Source::nack`].
+    fn nack_after(
+        &self,
+        message: Self::Message,
+        delay: Duration,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = delay;
+        self.nack(message)
+    }
+}
+
+/// A redelivery delay growing with the receive count: `base · 2^(receives - 1)`, at most `max`.
+/// See the [module docs](self#redelivery-backoff).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RedeliveryBackoff {
+    /// The delay after a failed first delivery (typically the queue's visibility timeout).
+    pub base: Duration,
+    /// The longest delay.
+    pub max: Duration,
+}
+
+impl RedeliveryBackoff {
+    /// The delay before the next delivery of a message whose `receives`-th delivery failed
+    /// (`receives` of 0 is treated as 1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backpressure_worker::worker_loop::RedeliveryBackoff;
+    ///
+    /// let b = RedeliveryBackoff { base: Duration::from_secs(30), max: Duration::from_secs(240) };
+    /// let delays: Vec<u64> = (1..=6).map(|k| b.delay(k).as_secs()).collect();
+    /// assert_eq!(delays, [30, 60, 120, 240, 240, 240]);
+    /// ```
+    pub fn delay(&self, receives: u32) -> Duration {
+        let doublings = receives.max(1) - 1;
+        let factor = 1u32.checked_shl(doublings.min(31)).unwrap_or(u32::MAX);
+        self.base
+            .saturating_mul(factor)
+            .min(self.max.max(self.base))
+    }
 }
 
 /// Processes one message.
@@ -79,6 +142,7 @@ pub struct WorkerLoop<S, H> {
     gate: Gate,
     max_batch: u32,
     poll_error_pause: Duration,
+    redelivery: Option<RedeliveryBackoff>,
 }
 
 impl<S, H> fmt::Debug for WorkerLoop<S, H> {
@@ -86,6 +150,7 @@ impl<S, H> fmt::Debug for WorkerLoop<S, H> {
         f.debug_struct("WorkerLoop")
             .field("gate", &self.gate)
             .field("max_batch", &self.max_batch)
+            .field("redelivery", &self.redelivery)
             .finish_non_exhaustive()
     }
 }
@@ -103,7 +168,16 @@ where
             gate,
             max_batch: 10,
             poll_error_pause: Duration::from_secs(1),
+            redelivery: None,
         }
+    }
+
+    /// Nacks failed messages with a delay growing with their receive count (see the
+    /// [module docs](self#redelivery-backoff)). Messages whose receive count the source does
+    /// not know are nacked plainly.
+    pub fn redelivery_backoff(mut self, backoff: RedeliveryBackoff) -> Self {
+        self.redelivery = Some(backoff);
+        self
     }
 
     /// The most messages asked for in one poll (at least 1).
@@ -152,11 +226,16 @@ where
                 let source = self.source.clone();
                 let handler = self.handler.clone();
                 let counters = counters.clone();
+                let redelivery = self.redelivery;
                 tasks.spawn(async move {
                     let outcome = handler.handle(&message).await;
-                    let settled = match outcome {
-                        Outcome::Success => source.ack(message).await,
-                        _ => source.nack(message).await,
+                    let delay = redelivery
+                        .zip(source.receive_count(&message))
+                        .map(|(b, k)| b.delay(k));
+                    let settled = match (outcome, delay) {
+                        (Outcome::Success, _) => source.ack(message).await,
+                        (_, Some(delay)) => source.nack_after(message, delay).await,
+                        (_, None) => source.nack(message).await,
                     };
                     if let Err(e) = settled {
                         counters.settle_errors.fetch_add(1, Ordering::Relaxed);
@@ -201,9 +280,12 @@ pub struct Delivery<M> {
 #[error("in-memory source error")]
 pub struct MemoryError;
 
-/// An in-memory queue: FIFO, redelivery on nack, dead-letter after `max_attempts`.
+/// An in-memory queue: FIFO, redelivery on nack (at once, or after the delay of
+/// [`Source::nack_after`], measured on tokio's clock), dead-letter after `max_attempts`.
 pub struct MemorySource<M> {
     queue: Mutex<VecDeque<Delivery<M>>>,
+    /// Nacked with a delay: visible again at the instant, in nack order.
+    delayed: Mutex<Vec<(tokio::time::Instant, Delivery<M>)>>,
     dead: Mutex<Vec<Delivery<M>>>,
     arrived: Notify,
     max_attempts: u32,
@@ -228,6 +310,7 @@ impl<M: Send + 'static> MemorySource<M> {
     pub fn new(max_attempts: u32, poll_wait: Duration) -> Self {
         MemorySource {
             queue: Mutex::new(VecDeque::new()),
+            delayed: Mutex::new(Vec::new()),
             dead: Mutex::new(Vec::new()),
             arrived: Notify::new(),
             max_attempts: max_attempts.max(1),
@@ -247,9 +330,13 @@ impl<M: Send + 'static> MemorySource<M> {
         self.arrived.notify_one();
     }
 
-    /// Messages waiting.
+    fn delayed(&self) -> std::sync::MutexGuard<'_, Vec<(tokio::time::Instant, Delivery<M>)>> {
+        self.delayed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Messages waiting (visible, or nacked with a delay that has not passed).
     pub fn depth(&self) -> usize {
-        self.queue().len()
+        self.queue().len() + self.delayed().len()
     }
 
     /// Messages received and not yet acked or nacked.
@@ -268,7 +355,16 @@ impl<M: Send + 'static> MemorySource<M> {
     }
 
     fn take(&self, max: u32) -> Vec<Delivery<M>> {
+        let now = tokio::time::Instant::now();
+        let due: Vec<Delivery<M>> = {
+            let mut delayed = self.delayed();
+            let (due, later): (Vec<_>, Vec<_>) = delayed.drain(..).partition(|(at, _)| *at <= now);
+            *delayed = later;
+            due.into_iter().map(|(_, d)| d).collect()
+        };
         let mut q = self.queue();
+        // Redeliveries that came due join the queue's tail, like an immediate nack would.
+        q.extend(due);
         let n = q.len().min(max as usize);
         let out: Vec<_> = q
             .drain(..n)
@@ -303,15 +399,26 @@ impl<M: Send + 'static> Source for MemorySource<M> {
     }
 
     async fn nack(&self, message: Delivery<M>) -> Result<(), MemoryError> {
+        self.nack_after(message, Duration::ZERO).await
+    }
+
+    fn receive_count(&self, message: &Delivery<M>) -> Option<u32> {
+        Some(message.attempt)
+    }
+
+    async fn nack_after(&self, message: Delivery<M>, delay: Duration) -> Result<(), MemoryError> {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         if message.attempt >= self.max_attempts {
             self.dead
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(message);
-        } else {
+        } else if delay.is_zero() {
             self.queue().push_back(message);
             self.arrived.notify_one();
+        } else {
+            let at = tokio::time::Instant::now() + delay;
+            self.delayed().push((at, message));
         }
         Ok(())
     }
@@ -400,6 +507,65 @@ mod tests {
         assert_eq!(gate.snapshot().limit, 16, "back to full permits");
         // During the outage a handful of failures, not thousands.
         assert!(stats.outcomes[1] < 200, "{stats:?}");
+    }
+
+    /// Fails every delivery and records when each one started.
+    struct AlwaysFails(Mutex<Vec<(u32, tokio::time::Instant)>>);
+
+    impl Handler<Delivery<u32>> for AlwaysFails {
+        async fn handle(&self, message: &Delivery<u32>) -> Outcome {
+            self.0
+                .lock()
+                .unwrap()
+                .push((message.attempt, tokio::time::Instant::now()));
+            Outcome::MessageFailure
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn redelivery_backoff_spreads_the_receives_of_a_failing_message() {
+        let source = Arc::new(MemorySource::new(5, Duration::from_millis(10)));
+        source.push(1);
+        let handler = Arc::new(AlwaysFails(Mutex::new(Vec::new())));
+        let gate = Gate::new(controller::build(Settings::default(), 3));
+        let backoff = RedeliveryBackoff {
+            base: Duration::from_secs(30),
+            max: Duration::from_secs(100),
+        };
+        let worker =
+            WorkerLoop::new(source.clone(), handler.clone(), gate).redelivery_backoff(backoff);
+        worker
+            .run(tokio::time::sleep(Duration::from_secs(600)))
+            .await;
+        let seen = handler.0.lock().unwrap().clone();
+        assert_eq!(
+            seen.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 5]
+        );
+        // Gaps of 30, 60, 100 (capped), 100 s, each at most a poll wait and a tick late.
+        for (i, want) in [30u64, 60, 100, 100].into_iter().enumerate() {
+            let gap = seen[i + 1].1 - seen[i].1;
+            assert!(
+                gap >= Duration::from_secs(want) && gap < Duration::from_secs(want + 1),
+                "gap {i}: {gap:?}"
+            );
+        }
+        assert_eq!(source.dead_letter_count(), 1);
+        assert_eq!(source.depth(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_redelivery_backoff_a_failed_message_is_back_at_once() {
+        let source = Arc::new(MemorySource::new(3, Duration::from_millis(10)));
+        source.push(1);
+        let handler = Arc::new(AlwaysFails(Mutex::new(Vec::new())));
+        let gate = Gate::new(controller::build(Settings::default(), 3));
+        let worker = WorkerLoop::new(source.clone(), handler.clone(), gate);
+        worker.run(tokio::time::sleep(Duration::from_secs(1))).await;
+        let seen = handler.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3);
+        assert!(seen[2].1 - seen[0].1 < Duration::from_secs(1));
+        assert_eq!(source.dead_letter_count(), 1);
     }
 
     #[tokio::test(start_paused = true)]
