@@ -707,10 +707,15 @@ async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
         "{}",
         c.message
     );
-    assert!(
-        !a.events_of("w", "ConfigPushFailed").await.is_empty(),
-        "no ConfigPushFailed event"
-    );
+    // Events are published right after the status write: wait for it rather than race it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while a.events_of("w", "ConfigPushFailed").await.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no ConfigPushFailed event"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 
     // B keeps its pace meanwhile: its pod is in sync, and a dependency failure is seen and
     // held as fast as without the bad pods next door.
