@@ -200,11 +200,13 @@ pub async fn run(
         settings,
     });
 
-    let controller = Controller::new(wbps, WatcherConfig::default().any_semantic()).with_config(
-        ControllerConfig::default()
-            .concurrency(concurrency)
-            .debounce(Duration::from_millis(200)),
-    );
+    let controller = Controller::new(wbps, WatcherConfig::default().any_semantic())
+        .with_config(
+            ControllerConfig::default()
+                .concurrency(concurrency)
+                .debounce(Duration::from_millis(200)),
+        )
+        .trigger_backoff(WatchBackoff::default());
     let store = controller.store();
     // A change to a target (replicas edited by someone else) reconciles its
     // WorkerBackpressure at once.
@@ -342,6 +344,55 @@ pub async fn run(
     Ok(())
 }
 
+/// Backoff of the controller's watches after an error (an API server restart, a 410 relist):
+/// 200 ms doubling to at most 3 s, reset after 30 s without errors. kube-runtime's default (up to
+/// 30 s, applied to the merged trigger stream) left changes unseen for over a minute after a
+/// restart; the watches are cheap to retry.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+    last: Option<std::time::Instant>,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(200);
+    const MAX: Duration = Duration::from_secs(3);
+    const RESET_AFTER: Duration = Duration::from_secs(30);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff {
+            next: Self::FIRST,
+            last: None,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = std::time::Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) > Self::RESET_AFTER)
+        {
+            self.next = Self::FIRST;
+        }
+        self.last = Some(now);
+        let d = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        Some(d)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
 /// Retries a failed reconcile with exponential backoff: a third of the interval, doubling per
 /// consecutive failure of the same object, at most five minutes.
 fn error_policy(wbp: Arc<WorkerBackpressure>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
@@ -372,6 +423,15 @@ pub fn error_backoff(interval: Duration, failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_backoff_is_short_and_capped() {
+        let b: Vec<Duration> = WatchBackoff::default().take(6).collect();
+        assert_eq!(b[0], Duration::from_millis(200));
+        assert_eq!(b[1], Duration::from_millis(400));
+        assert!(b.iter().all(|d| *d <= Duration::from_secs(3)));
+        assert_eq!(b[5], Duration::from_secs(3));
+    }
 
     #[test]
     fn error_backoff_doubles_up_to_five_minutes() {

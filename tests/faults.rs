@@ -137,14 +137,12 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// Fails today: kube-runtime backs off the controller's *merged* trigger stream on an error of
-/// any one watch, with its default exponential backoff (30 s and more); after a restart every
-/// watch resumes with a 410 and relists, one at a time behind the growing backoff, and a spec
-/// change made after the restart went unseen for more than 90 s. With a short, capped
-/// `Controller::trigger_backoff` (the fix in the issue-8 report, in `src/controller.rs`) it is
-/// acted on within about 11 s and this test passes.
+/// kube-runtime backs off the controller's *merged* trigger stream on an error of any one
+/// watch; with its default exponential backoff (30 s and more) a spec change made after a
+/// restart went unseen for more than 90 s. The operator sets a short, capped
+/// `Controller::trigger_backoff` (`controller::WatchBackoff`), and the change is acted on within
+/// seconds.
 #[tokio::test]
-#[ignore = "needs the trigger_backoff fix in src/controller.rs (issue 8 report)"]
 async fn kube_apiserver_restart_resumes_watches_without_duplicate_writes() {
     let _serial = serial();
     let w = Fleet::new("apirestart", 2, 0).await;
