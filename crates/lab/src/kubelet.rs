@@ -35,7 +35,17 @@ pub struct IpPool {
 impl IpPool {
     /// Takes the lowest free address.
     pub fn allocate(&mut self) -> Option<Ipv4Addr> {
-        let n = (2u8..=254).find(|n| !self.used.contains(n))?;
+        self.allocate_where(|_| true)
+    }
+
+    /// Takes the lowest free address on which `port` can be bound right now (another lab or
+    /// test on the same machine may hold some of 127.0.0.N).
+    pub fn allocate_bindable(&mut self, port: u16) -> Option<Ipv4Addr> {
+        self.allocate_where(|ip| std::net::TcpListener::bind((ip, port)).is_ok())
+    }
+
+    fn allocate_where(&mut self, ok: impl Fn(Ipv4Addr) -> bool) -> Option<Ipv4Addr> {
+        let n = (2u8..=254).find(|n| !self.used.contains(n) && ok(Ipv4Addr::new(127, 0, 0, *n)))?;
         self.used.insert(n);
         Some(Ipv4Addr::new(127, 0, 0, n))
     }
@@ -312,7 +322,13 @@ async fn on_pod(state: &Arc<State>, pod: Pod) {
 }
 
 async fn start_pod(state: &Arc<State>, ns: &str, name: &str, k: &str) {
-    let Some(ip) = state.ips.lock().ok().and_then(|mut p| p.allocate()) else {
+    let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
+    let Some(ip) = state
+        .ips
+        .lock()
+        .ok()
+        .and_then(|mut p| p.allocate_bindable(port))
+    else {
         tracing::warn!(pod = %k, "kubelet: no free loopback address");
         return;
     };
@@ -465,6 +481,13 @@ mod tests {
         p.release(b);
         assert_eq!(p.allocate().unwrap(), b);
         assert_eq!(p.in_use(), 3);
+        // An address whose port is taken by someone else is skipped.
+        let taken = std::net::TcpListener::bind((Ipv4Addr::new(127, 0, 0, 5), 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        assert_eq!(
+            p.allocate_bindable(port).unwrap(),
+            Ipv4Addr::new(127, 0, 0, 6)
+        );
         for _ in 0..250 {
             p.allocate();
         }
