@@ -59,8 +59,9 @@ manifests: k8s-bins ## Render and lint the kustomize tree and the Helm chart
 	@echo "manifests: kustomize and helm render"
 
 .PHONY: test
-test: deps k8s-bins lint manifests ## Install what is needed, lint, and run every test against real components
+test: deps k8s-bins lint manifests ## Install what is needed, lint, and run every test against real components (incl. e2e)
 	BP_K8S_BIN=$(K8S_BIN) $(CARGO) test --workspace --locked --no-fail-fast
+	$(MAKE) --no-print-directory e2e
 
 .PHONY: demo
 demo: deps k8s-bins ## Run the lab's default scenario with real processes
@@ -68,7 +69,7 @@ demo: deps k8s-bins ## Run the lab's default scenario with real processes
 
 .PHONY: e2e
 e2e: deps k8s-bins ## The lab's three scenarios, asserting the recorded checks
-	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus $(CARGO) test --release --locked -p backpressure-lab --test e2e -- --ignored --test-threads=1
+	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus $(CARGO) test --locked -p backpressure-lab --test e2e -- --ignored --test-threads=1
 
 .PHONY: bench
 bench: ## Simulator scenario report (docs/sim-report.md) and worker micro-benchmarks
