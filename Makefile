@@ -75,6 +75,10 @@ e2e: deps k8s-bins ## The lab's three scenarios, asserting the recorded checks
 bench: ## Simulator scenario report (docs/sim-report.md) and worker micro-benchmarks
 	$(CARGO) run --release --locked -p backpressure-sim -- report
 
+.PHONY: bench-scale
+bench-scale: deps k8s-bins ## The operator at fleet scale: 10,000 objects on a real API server and Prometheus
+	BP_K8S_BIN=$(K8S_BIN) $(CARGO) bench --locked -p backpressure-operator --bench scale
+
 .PHONY: clean
 clean: ## Remove build output (not the binary cache)
 	$(CARGO) clean
