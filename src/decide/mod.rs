@@ -670,6 +670,16 @@ impl<'a> Ctx<'a> {
             Regime::Healthy
         };
         let mut out = self.outcome(regime, c, rec);
+        // A backlog is only worth more pods while the dependency keeps up: with dependency
+        // failures above the set point the backlog is (or is about to be) the outage's, even
+        // before the workers' backoff shows it (DESIGN.md §1).
+        let set_point = self.eff.worker.set_point;
+        let failing = self
+            .obs
+            .fleet
+            .sanitized()
+            .failure_rate
+            .filter(|f| *f > set_point);
         if rec > c {
             if b > s.hold.backoff_above {
                 out.reason = format!(
@@ -678,6 +688,14 @@ impl<'a> Ctx<'a> {
                     sizing.basis,
                     s.hold.backoff_above,
                     human(s.hold.for_)
+                );
+            } else if let Some(f) = failing {
+                out.reason = format!(
+                    "{}; scale-out to {rec} deferred: dependency failure rate {:.1}% > set point \
+                     {:.1}%",
+                    sizing.basis,
+                    f * 100.0,
+                    set_point * 100.0
                 );
             } else {
                 let cap = self.up_cap();

@@ -1028,3 +1028,27 @@ fn a_manual_hold_withholds_scale_out_until_it_expires() {
         "False"
     );
 }
+
+#[test]
+fn a_backlog_with_dependency_failures_above_the_set_point_does_not_scale_out() {
+    // Backoff still low (the workers' credit absorbs the first failures), but 30% of the calls
+    // fail: the backlog is the outage's, not the producer's.
+    let w = {
+        let mut w = World::new(defaults(), 2);
+        w.backoff(0.05).queue(Backlog);
+        w
+    };
+    let mut obs = w.observation();
+    obs.fleet.failure_rate = Some(0.30);
+    let d = decide(&w.eff, w.status.as_ref(), &obs);
+    assert_eq!(d.desired_replicas, 2, "{}", d.reason);
+    assert!(
+        d.reason.contains("failure rate 30.0% > set point 5.0%"),
+        "{}",
+        d.reason
+    );
+    // The same backlog with failures at the noise level scales out.
+    obs.fleet.failure_rate = Some(0.02);
+    let d = decide(&w.eff, w.status.as_ref(), &obs);
+    assert!(d.desired_replicas > 2, "{}", d.reason);
+}
