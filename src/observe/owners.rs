@@ -7,10 +7,18 @@
 //! others report a conflict and leave the target alone. An object being deleted does not count,
 //! so the next one takes over when the owner goes away.
 //!
-//! Pure: the caller passes the objects it knows (the controller's store).
+//! [`ownership`] is pure: the caller passes the objects it knows. At fleet scale, scanning the
+//! whole store on every reconcile costs O(objects²) per interval; [`OwnersIndex`] groups the
+//! store by target at most once per `max_age` (one O(objects) pass shared by every reconcile)
+//! and answers from the few objects that name the same target.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use backpressure_api::WorkerBackpressure;
 use kube::ResourceExt as _;
+use kube::runtime::reflector::Store;
 
 /// The outcome for one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,10 +71,74 @@ fn group(api_version: &str) -> &str {
 
 fn same_target(a: &WorkerBackpressure, b: &WorkerBackpressure) -> bool {
     let (x, y) = (&a.spec.target_ref, &b.spec.target_ref);
-    a.namespace() == b.namespace()
+    x.name == y.name
         && x.kind == y.kind
-        && x.name == y.name
+        && a.metadata.namespace == b.metadata.namespace
         && group(&x.api_version) == group(&y.api_version)
+}
+
+/// The identity of a target: namespace, API group, kind, name.
+type TargetKey = (Option<String>, String, String, String);
+
+fn target_key(o: &WorkerBackpressure) -> TargetKey {
+    let t = &o.spec.target_ref;
+    (
+        o.metadata.namespace.clone(),
+        group(&t.api_version).to_owned(),
+        t.kind.clone(),
+        t.name.clone(),
+    )
+}
+
+/// The objects of the store grouped by the target they name.
+type ByTarget = HashMap<TargetKey, Vec<Arc<WorkerBackpressure>>>;
+
+/// The store grouped by target, rebuilt at most once per `max_age`.
+#[derive(Debug)]
+pub struct OwnersIndex {
+    max_age: Duration,
+    built: Mutex<Option<(Instant, Arc<ByTarget>)>>,
+}
+
+impl OwnersIndex {
+    /// An index refreshed from the store when older than `max_age` (a second is plenty: a
+    /// conflict appears at most that much later than the object that causes it).
+    pub fn new(max_age: Duration) -> Self {
+        Self {
+            max_age,
+            built: Mutex::new(None),
+        }
+    }
+
+    /// The ownership of `me`'s target among the objects of `store`.
+    pub fn ownership(
+        &self,
+        me: &WorkerBackpressure,
+        store: &Store<WorkerBackpressure>,
+    ) -> Ownership {
+        let index = {
+            let mut built = match self.built.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            match built.as_ref() {
+                Some((at, index)) if at.elapsed() < self.max_age => index.clone(),
+                _ => {
+                    let mut index = ByTarget::new();
+                    for o in store.state() {
+                        index.entry(target_key(&o)).or_default().push(o);
+                    }
+                    let index = Arc::new(index);
+                    *built = Some((Instant::now(), index.clone()));
+                    index
+                }
+            }
+        };
+        match index.get(&target_key(me)) {
+            Some(claims) => ownership(me, claims.iter().map(|o| &**o)),
+            None => Ownership::Sole,
+        }
+    }
 }
 
 /// Orders claims: older first, then by name.
@@ -85,11 +157,10 @@ pub fn ownership<'a>(
     me: &WorkerBackpressure,
     all: impl IntoIterator<Item = &'a WorkerBackpressure>,
 ) -> Ownership {
-    let my_name = me.name_any();
     let mut rivals: Vec<&WorkerBackpressure> = all
         .into_iter()
         .filter(|o| o.metadata.deletion_timestamp.is_none())
-        .filter(|o| o.name_any() != my_name && same_target(me, o))
+        .filter(|o| o.metadata.name != me.metadata.name && same_target(me, o))
         .collect();
     if rivals.is_empty() {
         return Ownership::Sole;
@@ -199,6 +270,26 @@ mod tests {
         let all = [a.clone(), b.clone()];
         assert!(ownership(&a, &all).may_act());
         assert!(!ownership(&b, &all).may_act());
+    }
+
+    #[test]
+    fn the_index_answers_like_the_scan_and_refreshes() {
+        use kube::runtime::reflector::{self, ObjectRef};
+        use kube::runtime::watcher::Event;
+        let (store, mut writer) = reflector::store::<WorkerBackpressure>();
+        let a = wbp("n", "a", 200, "apps/v1", "Deployment", "w");
+        let b = wbp("n", "b", 100, "apps/v1", "Deployment", "w");
+        writer.apply_watcher_event(&Event::Apply(a.clone()));
+        let index = OwnersIndex::new(Duration::from_millis(50));
+        assert_eq!(index.ownership(&a, &store), Ownership::Sole);
+        writer.apply_watcher_event(&Event::Apply(b.clone()));
+        // Within max_age the old grouping answers; after it, the conflict shows.
+        assert_eq!(index.ownership(&a, &store), Ownership::Sole);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(index.ownership(&a, &store), ownership(&a, [&a, &b]));
+        assert!(!index.ownership(&a, &store).may_act());
+        assert!(index.ownership(&b, &store).may_act());
+        assert!(store.get(&ObjectRef::from_obj(&a)).is_some());
     }
 
     proptest::proptest! {
