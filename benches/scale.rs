@@ -68,6 +68,14 @@ struct Args {
     /// parallel).
     #[arg(long, default_value_t = 10)]
     endpoints: usize,
+    /// Extra environment of the operator process (`KEY=VALUE`, repeatable), e.g.
+    /// `MALLOC_ARENA_MAX=2`.
+    #[arg(long = "operator-env")]
+    operator_env: Vec<String>,
+    /// A command that runs the operator (split on whitespace), for profiling, e.g.
+    /// `heaptrack -o /tmp/operator`.
+    #[arg(long = "operator-prefix", default_value = "")]
+    operator_prefix: String,
     /// Where to write the Markdown results.
     #[arg(long, default_value = "target/bench-scale.md")]
     output: PathBuf,
@@ -246,13 +254,19 @@ fn start_operator(
     kubeconfig: &Path,
     prometheus: &str,
     interval: u64,
+    extra_env: &[String],
+    prefix: &str,
 ) -> (Supervised, String, u32) {
     let port = backpressure_envtest::process::free_port().unwrap();
     let metrics = format!("127.0.0.1:{port}");
     let bin = env!("CARGO_BIN_EXE_backpressure-operator");
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         format!("KUBECONFIG={}", kubeconfig.display()),
         "RUST_LOG=info".into(),
+    ];
+    args.extend(extra_env.iter().cloned());
+    args.extend(prefix.split_whitespace().map(str::to_owned));
+    args.extend([
         bin.into(),
         "run".into(),
         format!("--prometheus-url={prometheus}"),
@@ -260,7 +274,7 @@ fn start_operator(
         format!("--requeue-interval={interval}s"),
         format!("--namespace={}", common::operator::OPERATOR_NAMESPACE),
         format!("--service-account={}", common::operator::OPERATOR_SA),
-    ];
+    ]);
     let log = env.dir().join("operator-bench.log");
     let p = Supervised::spawn("operator", Path::new("/usr/bin/env"), &args, &log).unwrap();
     assert!(
@@ -590,8 +604,14 @@ async fn run(args: &Args) -> String {
         args.interval
     );
     let started_unix = unix_now();
-    let (mut operator, op_metrics, pid) =
-        start_operator(env, &kubeconfig, &prom_url, args.interval);
+    let (mut operator, op_metrics, pid) = start_operator(
+        env,
+        &kubeconfig,
+        &prom_url,
+        args.interval,
+        &args.operator_env,
+        &args.operator_prefix,
+    );
     let mut statused: HashSet<(String, String)> = HashSet::new();
     let mut cold_writes: BTreeMap<String, usize> = BTreeMap::new();
     let mut last_status_at = started_unix;
@@ -765,6 +785,39 @@ async fn run(args: &Args) -> String {
         }
     }
     let (end_rss, end_hwm, end_cpu) = proc_stats(pid);
+    let anon = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Anonymous:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024;
+    // What the operator caches per object: a WorkerBackpressure with status, and its ConfigMap.
+    let (ns0, name0) = &workloads[0];
+    let sizes = {
+        let wbps: Api<backpressure_api::WorkerBackpressure> = Api::namespaced(client.clone(), ns0);
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns0);
+        let w = wbps.get(name0).await.ok();
+        let cm = cms.get(&format!("{name0}-worker-config")).await.ok();
+        let json_len = |v: &serde_json::Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(0);
+        let mut out = Vec::new();
+        for (what, v) in [
+            (
+                "WorkerBackpressure",
+                w.map(|o| serde_json::to_value(o).unwrap()),
+            ),
+            ("ConfigMap", cm.map(|o| serde_json::to_value(o).unwrap())),
+        ] {
+            if let Some(v) = v {
+                let all = json_len(&v);
+                let managed = json_len(&v["metadata"]["managedFields"]);
+                out.push(format!(
+                    "{what} {all} B of JSON ({managed} B of it managedFields)"
+                ));
+            }
+        }
+        out.join(", ")
+    };
     let op_end = scrape_op();
     let op_log_size = std::fs::metadata(operator.log())
         .map(|m| m.len())
@@ -911,6 +964,11 @@ async fn run(args: &Args) -> String {
         latencies.last().copied().unwrap_or(f64::NAN),
     );
     let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Cached per object: {sizes}; operator anonymous memory at the end {:.0} MiB.",
+        mib(anon)
+    );
     let _ = writeln!(
         out,
         "At the end: RSS {:.0} MiB (peak {:.0} MiB), operator CPU {end_cpu:.0} s in total, {scaled_ok} of the first 10 sampled Deployments above {INITIAL_REPLICAS} replicas, operator log {} KiB, exposition scraped {} times.",
