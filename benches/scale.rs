@@ -823,6 +823,16 @@ async fn run(args: &Args) -> String {
         .map(|m| m.len())
         .unwrap_or(0);
     operator.stop();
+    // A profiler in --operator-prefix may not pass SIGTERM on: stop the operator itself.
+    for signal in ["-TERM", "-KILL"] {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            break;
+        }
+        let _ = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
 
     // -----------------------------------------------------------------------------------------
     let cores = std::thread::available_parallelism()
