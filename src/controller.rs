@@ -21,12 +21,17 @@ use crate::act::configmap::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::act::push::{Identity, Pusher, TokenSource};
 use crate::admin::Health;
 use crate::metrics::{FleetGauges, Metrics};
+use crate::observe::owners::OwnersIndex;
 use crate::observe::prometheus::MetricsHub;
 use crate::observe::target::KindCache;
 use crate::reconcile::{self, ReconcileError};
 
 /// How often BackpressurePolicy statuses are recomputed (and a brake's expiry noticed).
 pub const POLICY_STATUS_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How stale the grouping of objects by target may be: a conflict between two objects naming
+/// one target is noticed at most this much after the second appears.
+const OWNERS_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// Settings the reconciler needs from the command line.
 #[derive(Debug, Clone)]
@@ -63,6 +68,10 @@ pub struct Context {
     pub policies: Store<BackpressurePolicy>,
     /// Namespace labels, for policy selectors.
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Every WorkerBackpressure (the controller's own store).
+    pub wbps: Store<WorkerBackpressure>,
+    /// Which object acts on a target that several name.
+    pub owners: OwnersIndex,
     /// Command-line settings.
     pub settings: Settings,
 }
@@ -178,6 +187,14 @@ pub async fn run(
         .default_backoff(),
     );
 
+    let controller = Controller::new(wbps, WatcherConfig::default().any_semantic())
+        .with_config(
+            ControllerConfig::default()
+                .concurrency(concurrency)
+                .debounce(Duration::from_millis(200)),
+        )
+        .trigger_backoff(WatchBackoff::default());
+    let store = controller.store();
     let ctx = Arc::new(Context {
         failures: std::sync::Mutex::new(std::collections::HashMap::new()),
         hub: MetricsHub::new(metrics.clone()).map_err(RunError::Http)?,
@@ -197,17 +214,11 @@ pub async fn run(
         configmaps: configmaps.clone(),
         policies: policies.clone(),
         namespaces: namespaces.clone(),
+        wbps: store.clone(),
+        owners: OwnersIndex::new(OWNERS_MAX_AGE),
         settings,
     });
 
-    let controller = Controller::new(wbps, WatcherConfig::default().any_semantic())
-        .with_config(
-            ControllerConfig::default()
-                .concurrency(concurrency)
-                .debounce(Duration::from_millis(200)),
-        )
-        .trigger_backoff(WatchBackoff::default());
-    let store = controller.store();
     // A change to a target (replicas edited by someone else) reconciles its
     // WorkerBackpressure at once.
     fn target_mapper<K: kube::Resource>(

@@ -34,6 +34,7 @@ use crate::act::{self, Note, configmap, guard};
 use crate::annotations;
 use crate::controller::Context;
 use crate::decide::{self, Observation};
+use crate::observe::owners::Ownership;
 use crate::observe::target::{self, PodInfo, TargetError, TargetState};
 use crate::observe::{self, FleetMetrics, MetricsError};
 use crate::resolve::{self, Effective, PolicyInput, ResolveError};
@@ -196,6 +197,10 @@ async fn reconcile_effective(
     eff: &Effective,
     now: Timestamp,
 ) -> Result<Action, ReconcileError> {
+    let ownership = ctx.owners.ownership(wbp, &ctx.wbps);
+    if !ownership.may_act() {
+        return report_conflict(wbp, ctx, ns, &ownership, now).await;
+    }
     let observed = observe_step(ctx, ns, eff, now).await;
     let previous = wbp.status.as_ref();
     let target = match observed.target {
@@ -551,6 +556,28 @@ async fn report_invalid(
 
 /// The target cannot be read: Ready=False with the reason, a Warning event when it changes,
 /// nothing written to any target.
+/// Another, older object names the same target and acts on it: report the conflict and touch
+/// nothing (no config push, no scale, no guard), so the two never fight over the replicas.
+async fn report_conflict(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    ownership: &Ownership,
+    now: Timestamp,
+) -> Result<Action, ReconcileError> {
+    let message = ownership.message().unwrap_or_default();
+    let (status, events) = decide::target_unavailable(
+        wbp.status.as_ref(),
+        wbp.metadata.generation,
+        Ownership::CONFLICT_REASON,
+        &message,
+        now,
+    );
+    let notes: Vec<Note> = events.iter().map(Note::from).collect();
+    report_step(wbp, ctx, ns, status, wbp.status.as_ref(), &notes).await?;
+    Ok(Action::requeue(jitter(ctx.settings.requeue_interval, wbp)))
+}
+
 async fn report_target_error(
     wbp: &WorkerBackpressure,
     ctx: &Context,

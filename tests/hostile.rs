@@ -201,11 +201,10 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
     scene.delete_all().await;
 }
 
-/// Two objects scaling one Deployment would fight; the pure rule that picks the one that acts
-/// is `backpressure_operator::observe::owners` (tested there). The operator does not call it
-/// yet: the reconcile needs the WorkerBackpressure store to consult it (issue 8 report).
+/// Two objects scaling one Deployment would fight. The older one acts (the rule of
+/// `backpressure_operator::observe::owners`); the younger reports `Ready=False TargetConflict`
+/// naming the owner and writes nothing to the target.
 #[tokio::test]
-#[ignore = "needs observe::owners wired into the reconcile (issue 8 report)"]
 async fn two_objects_naming_one_target_do_not_fight() {
     let _serial = serial();
     let scene = Scene::new("duptarget").await;
