@@ -166,7 +166,8 @@ pub async fn run(
             Api::<ConfigMap>::all(client.clone()),
             WatcherConfig::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
         )
-        .default_backoff(),
+        .default_backoff()
+        .modify(|c: &mut ConfigMap| c.metadata.managed_fields = None),
     );
     let (policies, policy_writer) = reflector::store();
     let policy_stream = reflector::reflector(
@@ -187,14 +188,20 @@ pub async fn run(
         .default_backoff(),
     );
 
-    let controller = Controller::new(wbps, WatcherConfig::default().any_semantic())
+    // The controller's own cache, without managedFields: at fleet scale they are most of each
+    // object's bytes, and the operator never reads them.
+    let (store, wbp_writer) = reflector::store();
+    let wbp_stream = watcher(wbps, WatcherConfig::default().any_semantic())
+        .modify(|o: &mut WorkerBackpressure| o.metadata.managed_fields = None)
+        .reflect(wbp_writer)
+        .applied_objects();
+    let controller = Controller::for_stream(wbp_stream, store.clone())
         .with_config(
             ControllerConfig::default()
                 .concurrency(concurrency)
                 .debounce(Duration::from_millis(200)),
         )
         .trigger_backoff(WatchBackoff::default());
-    let store = controller.store();
     let ctx = Arc::new(Context {
         failures: std::sync::Mutex::new(std::collections::HashMap::new()),
         hub: MetricsHub::new(metrics.clone()).map_err(RunError::Http)?,
@@ -244,6 +251,26 @@ pub async fn run(
     let policy_changes = policy_stream
         .touched_objects()
         .filter_map(|r| async move { r.ok().map(|_| ()) });
+
+    // Forget the push state of pods that are gone, once per interval (not per reconcile: one
+    // pass over every pod of the cluster is O(pods), and reconciles are O(objects) per interval).
+    let sweep_ctx = ctx.clone();
+    tokio::spawn(async move {
+        loop {
+            let every = sweep_ctx
+                .settings
+                .requeue_interval
+                .max(Duration::from_secs(1));
+            tokio::time::sleep(every).await;
+            let alive: std::collections::HashSet<String> = sweep_ctx
+                .pods
+                .state()
+                .iter()
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect();
+            sweep_ctx.pusher.retain_pods(&|uid| alive.contains(uid));
+        }
+    });
 
     // Fleet gauges from the objects' statuses, every few seconds.
     let gauge_store = store.clone();

@@ -27,6 +27,7 @@ use backpressure_api::wire::WorkerConfig;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource as _, ResourceExt as _};
 
 use crate::FIELD_MANAGER;
@@ -431,9 +432,11 @@ pub async fn config_step(
     let quiet = eff.dry_run || eff.suspend;
     if !quiet {
         let desired = configmap::desired(wbp, &config).map_err(ReconcileError::Render)?;
-        let existing = ctx.configmaps.state().into_iter().find(|c| {
-            c.metadata.namespace.as_deref() == Some(ns) && c.metadata.name == desired.metadata.name
-        });
+        let existing = desired
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|name| ctx.configmaps.get(&ObjectRef::new(name).within(ns)));
         if !configmap::up_to_date(existing.as_deref(), &desired) {
             configmap::apply(&ctx.client, &desired)
                 .await
@@ -451,13 +454,6 @@ pub async fn config_step(
         .pusher
         .sync(pods, &config, token.as_deref(), &ctx.metrics, quiet)
         .await;
-    let alive: std::collections::HashSet<String> = ctx
-        .pods
-        .state()
-        .iter()
-        .filter_map(|p| p.metadata.uid.clone())
-        .collect();
-    ctx.pusher.retain_pods(&|uid| alive.contains(uid));
     let mut notes = Vec::new();
     if let Some((pod, why)) = report.failed.first() {
         notes.push(Note {
