@@ -371,6 +371,17 @@ pub async fn guard_step(
                     message: message.clone(),
                 });
             }
+            // In Guard mode the autoscaler is how the decision takes effect: without it the
+            // object is not doing its job, so Ready says so too (kstatus: InProgress).
+            decide::set_condition(
+                status,
+                previous,
+                cond::READY,
+                false,
+                e.reason(),
+                format!("Guard mode cannot act: {message}"),
+                now,
+            );
             decide::set_condition(
                 status,
                 previous,

@@ -766,6 +766,13 @@ async fn a_missing_autoscaler_is_reported_and_does_not_block_deletion() {
         "{}",
         c.message
     );
+    let ready = condition(&s, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "GuardTargetNotFound"),
+        "Guard mode without its autoscaler is not Ready: {}",
+        ready.message
+    );
     let ev = w
         .wait_for(
             Duration::from_secs(10),
