@@ -28,6 +28,8 @@ use crate::serve::{Exposition, response, serve};
 
 /// Namespace of the operator run.
 pub const OPERATOR_RUN_NS: &str = "lab-operator";
+/// The ServiceAccount the operator run's worker pods run as.
+const WORKER_SERVICE_ACCOUNT: &str = "default";
 /// Namespace of the comparison run.
 pub const HPA_RUN_NS: &str = "lab-hpa";
 
@@ -310,7 +312,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let mut operator_identity = None;
     if let Some(bin) = &operator_bin {
         let sa = cluster
-            .install_operator_rbac(&[(OPERATOR_RUN_NS, "default")])
+            .install_operator_rbac(&[(OPERATOR_RUN_NS, WORKER_SERVICE_ACCOUNT)])
             .await?;
         let kubeconfig = cluster
             .service_account_kubeconfig(OPERATOR_NAMESPACE, &sa, "operator")
@@ -362,9 +364,20 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         &cfg_path,
         serde_json::to_vec_pretty(&cfg).map_err(|e| LabError::Other(e.to_string()))?,
     )?;
-    let auth = operator_identity
-        .as_ref()
-        .map(|id| (cluster.kubeconfig().to_path_buf(), id.clone()));
+    // The workers verify the operator's push token with a TokenReview, as the ServiceAccount
+    // their pods run as (the chart binds its TokenReview role to it): never the admin's.
+    let auth = match &operator_identity {
+        Some(id) => {
+            cluster
+                .service_account(OPERATOR_RUN_NS, WORKER_SERVICE_ACCOUNT)
+                .await?;
+            let kubeconfig = cluster
+                .service_account_kubeconfig(OPERATOR_RUN_NS, WORKER_SERVICE_ACCOUNT, "worker")
+                .await?;
+            Some((kubeconfig, id.clone()))
+        }
+        None => None,
+    };
     let launcher = make_launcher(&opts, &runs, &redis.url(), &cfg_path, &logs, auth);
     let kubelet = Kubelet::start(
         client.clone(),
