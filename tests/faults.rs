@@ -29,10 +29,10 @@ use backpressure_api::v1alpha1::{Regime, WorkerBackpressureStatus};
 use backpressure_envtest::{Prometheus, TestEnv};
 use common::badpods::{self, Refusal};
 use common::fakeprom::{FakeProm, PromMode};
-use common::fleet::{FakeFleet, FleetKnobs};
+use common::fleet::{FakeFleet, backlog, failing, recovered, steady};
 use common::operator::{OPERATOR_NAMESPACE, Operator};
 use common::pods;
-use common::scene::{Scene, condition, has_condition, spec, tail, wait_for};
+use common::scene::{Scene, condition, has_condition, tail, wait_for, zero_trap};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use serde_json::json;
@@ -45,41 +45,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// No Prometheus listens here.
 const NO_PROMETHEUS: &str = "http://127.0.0.1:9";
-
-/// Queue age at the target, no backoff: the sizing keeps the current replicas.
-fn steady(k: &mut FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
-    k.queue_age = 10.0;
-    k.queue_depth = 0.0;
-    k.arrival_rate = 10.0;
-    k.completion_rate = 10.0;
-}
-
-/// Queue age ten times the target: scale out.
-fn backlog(k: &mut FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
-    k.queue_age = 100.0;
-    k.queue_depth = 1000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 20.0;
-}
-
-fn failing(k: &mut FleetKnobs) {
-    k.backoff = 0.6;
-    k.failure_rate = 0.4;
-    k.queue_age = 200.0;
-    k.queue_depth = 2000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 10.0;
-}
-
-fn recovered(k: &mut FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
-    k.completion_rate = 40.0;
-}
 
 /// A namespace with Deployment `w`, a fake fleet for it and a real Prometheus scraping it.
 struct Fleet {
@@ -94,8 +59,7 @@ impl Fleet {
         scene.deployment("w", replicas).await;
         // At least one worker exports a backoff, whether or not Pod objects exist.
         let fleet = FakeFleet::start(&scene.ns, "w", pods.max(1));
-        let prom = Prometheus::start().unwrap();
-        prom.set_targets(&[fleet.target()]).unwrap();
+        let prom = fleet.prometheus();
         Fleet { scene, fleet, prom }
     }
 
@@ -148,15 +112,7 @@ async fn kube_apiserver_restart_resumes_watches_without_duplicate_writes() {
     let w = Fleet::new("apirestart", 2, 0).await;
     w.fleet.set(backlog);
     w.scene
-        .apply(
-            "w",
-            spec(
-                "w",
-                "w",
-                &w.prom.url(),
-                json!({"scaling": {"maxReplicas": 6}}),
-            ),
-        )
+        .apply_w("w", &w.prom.url(), json!({"scaling": {"maxReplicas": 6}}))
         .await;
     let mut op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
 
@@ -183,15 +139,7 @@ async fn kube_apiserver_restart_resumes_watches_without_duplicate_writes() {
     // A change made after the restart reaches the operator only through a resumed watch (a
     // requeue alone would reconcile the cached, old spec).
     w.scene
-        .apply(
-            "w",
-            spec(
-                "w",
-                "w",
-                &w.prom.url(),
-                json!({"scaling": {"maxReplicas": 10}}),
-            ),
-        )
+        .apply_w("w", &w.prom.url(), json!({"scaling": {"maxReplicas": 10}}))
         .await;
     let generation = w.scene.wbps().get("w").await.unwrap().metadata.generation;
     let restarted = Instant::now();
@@ -249,14 +197,10 @@ async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
     let w = Fleet::new("failover", 4, 0).await;
     w.fleet.set(failing);
     w.scene
-        .apply(
+        .apply_w(
             "w",
-            spec(
-                "w",
-                "w",
-                &w.prom.url(),
-                json!({"scaling": {"rampUp": {"stages": [34, 67, 100], "dwell": "8s"}}}),
-            ),
+            &w.prom.url(),
+            json!({"scaling": {"rampUp": {"stages": [34, 67, 100], "dwell": "8s"}}}),
         )
         .await;
     let flags = |who: &str| {
@@ -406,22 +350,8 @@ async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero
         k.explicit_timestamps = true;
     });
     let proxy = FakeProm::start(&w.prom.url(), &[(&w.scene.ns, "w")]);
-    // minReplicas 0 and an immediate scale-down: a missing value misread as zero (age 0)
-    // would take the fleet to zero within seconds.
-    w.scene
-        .apply(
-            "w",
-            spec(
-                "w",
-                "w",
-                &proxy.url(),
-                json!({"scaling": {
-                    "minReplicas": 0,
-                    "scaleDown": {"maxPercent": 100, "period": "1s", "stabilization": "0s"},
-                }}),
-            ),
-        )
-        .await;
+    // A missing value misread as zero would take the fleet to zero within seconds.
+    w.scene.apply_w("w", &proxy.url(), zero_trap()).await;
     let op = Operator::start(w.scene.env, NO_PROMETHEUS, &[]).await;
     let available = |s: &WorkerBackpressureStatus| {
         has_condition(s, cond::METRICS_AVAILABLE, "True")
@@ -540,9 +470,7 @@ async fn a_conflicting_writer_is_followed_not_fought() {
     let _serial = serial();
     let w = Fleet::new("conflict", 3, 0).await;
     w.fleet.set(steady);
-    w.scene
-        .apply("w", spec("w", "w", &w.prom.url(), json!({})))
-        .await;
+    w.scene.apply_w("w", &w.prom.url(), json!({})).await;
     let op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
     w.wait_status(
         "w",
@@ -584,15 +512,7 @@ async fn a_conflicting_writer_is_followed_not_fought() {
     // the human's value as its starting point, and then stays put.
     w.fleet.set(backlog);
     w.scene
-        .apply(
-            "w",
-            spec(
-                "w",
-                "w",
-                &w.prom.url(),
-                json!({"scaling": {"maxReplicas": 5}}),
-            ),
-        )
+        .apply_w("w", &w.prom.url(), json!({"scaling": {"maxReplicas": 5}}))
         .await;
     wait_for(
         Duration::from_secs(40),
@@ -658,23 +578,13 @@ async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
         badpods::start(&a.client, &a.ns, "w", "w-403", Refusal::Status(403)).await,
         badpods::start(&a.client, &a.ns, "w", "w-hang", Refusal::Hang).await,
     ];
-    a.apply(
-        "w",
-        spec(
-            "w",
-            "w",
-            NO_PROMETHEUS,
-            json!({"worker": {"maxPermits": 7}}),
-        ),
-    )
-    .await;
+    a.apply_w("w", NO_PROMETHEUS, json!({"worker": {"maxPermits": 7}}))
+        .await;
     // Namespace B: a healthy workload with one good pod and live metrics.
     let b = Fleet::new("pushok", 2, 1).await;
     let b_pod = pods::start(env, &b.scene.ns, "w", 0).await;
     b.fleet.set(steady);
-    b.scene
-        .apply("w", spec("w", "w", &b.prom.url(), json!({})))
-        .await;
+    b.scene.apply_w("w", &b.prom.url(), json!({})).await;
     let op = Operator::start(env, NO_PROMETHEUS, &[]).await;
 
     let diag_a = || async {

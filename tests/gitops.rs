@@ -24,20 +24,21 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureSpec, WorkerBackpressureStatus};
-use backpressure_envtest::{Prometheus, TestEnv, repo_root};
+use backpressure_envtest::{Prometheus, repo_root};
 use backpressure_operator::FIELD_MANAGER;
 use backpressure_operator::act::guard;
 use backpressure_operator::annotations;
 use backpressure_operator::decide::{self, FleetMetrics, Observation};
 use backpressure_operator::resolve::{self, FieldError, ResolveError};
-use common::fleet::{FakeFleet, FleetKnobs};
+use common::fleet::{FakeFleet, backlog, failing};
 use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
 use common::pods;
+use common::scene::{self, Scene, has_condition, merge, operator_user, tail, wbp_object};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
@@ -282,26 +283,15 @@ fn lua_literals_round_trip_through_lua() {
 // ---------------------------------------------------------------------------------------------
 // Samples computed by the operator's own pure decision core
 
+/// The test spec with no Prometheus (the samples are decided offline).
 fn base_spec() -> Value {
-    json!({
-        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
-        "metrics": {
-            "prometheus": {"address": "http://127.0.0.1:9", "timeout": "2s"},
-            "workload": "w",
-            "rateWindow": "5s",
-            "staleAfter": "10s",
-        },
-        "scaling": {
-            "minReplicas": 1,
-            "maxReplicas": 20,
-            "targetQueueAge": "10s",
-            "hold": {"backoffAbove": 0.2, "for": "2s"},
-            "release": {"backoffBelow": 0.05, "for": "2s"},
-            "scaleUp": {"maxPods": 2, "maxPercent": 50, "period": "3s"},
-            "scaleDown": {"maxPercent": 10, "period": "60s", "stabilization": "60s"},
-            "rampUp": {"stages": [50, 100], "dwell": "30s", "abortAbove": 0.3},
-        },
-    })
+    base_spec_at("http://127.0.0.1:9")
+}
+
+/// The test spec reading from `prometheus`, with a two-stage ramp and a long dwell.
+fn base_spec_at(prometheus: &str) -> Value {
+    let ramp = json!({"scaling": {"rampUp": {"stages": [50, 100], "dwell": "30s"}}});
+    scene::spec("w", "w", prometheus, ramp)
 }
 
 fn object(generation: i64, spec: &Value, status: Option<&WorkerBackpressureStatus>) -> Value {
@@ -390,13 +380,6 @@ impl Drive {
     }
 }
 
-fn has(s: &WorkerBackpressureStatus, t: &str, v: &str) -> bool {
-    s.conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == t && c.status == v)
-}
-
 /// Each state of a WorkerBackpressure: what kstatus and the Argo CD health check make of it.
 /// This table is the contract documented in config/argocd/README.md.
 #[test]
@@ -405,12 +388,14 @@ fn kstatus_and_argocd_health_of_every_state_decide_produces() {
     let now: Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
     let mut d = Drive::new(&spec);
     let reconciled = d.until(healthy_fleet(), "Ready=True", |s| {
-        has(s, cond::READY, "True")
+        has_condition(s, cond::READY, "True")
     });
     let held = d.until(failing_fleet(), "the hold", |s| {
         s.regime == Some(Regime::DependencyFailing)
     });
-    let ramping = d.until(healthy_fleet(), "a ramp", |s| has(s, cond::RAMPING, "True"));
+    let ramping = d.until(healthy_fleet(), "a ramp", |s| {
+        has_condition(s, cond::RAMPING, "True")
+    });
     let unavailable = Drive::new(&spec).until(FleetMetrics::default(), "no metrics", |s| {
         s.regime == Some(Regime::MetricsUnavailable)
     });
@@ -561,7 +546,7 @@ fn kstatus_and_argocd_health_of_every_state_decide_produces() {
     let mut d = Drive::new(&spec);
     d.status = Some(invalid);
     let fixed = d.until(healthy_fleet(), "recovery from the invalid spec", |s| {
-        has(s, cond::READY, "True")
+        has_condition(s, cond::READY, "True")
     });
     assert!(
         !fixed
@@ -578,32 +563,22 @@ fn kstatus_and_argocd_health_of_every_state_decide_produces() {
 // A live world: namespace, Deployment `w`, fake pods, a fake fleet scraped by Prometheus, the
 // operator binary.
 
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, diag: &str, mut f: F) -> T
+/// Polls `f` every 250 ms until it returns `Some`, or panics with `what` and the tail of the
+/// operator log at `log`.
+async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, log: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let log = std::fs::read_to_string(diag).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(30).collect();
-            panic!(
-                "timed out after {timeout:?} waiting for {what}\noperator log:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let diag = || async {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        format!("operator log:\n{}", tail(&text, 30))
+    };
+    scene::wait_for(timeout, what, diag, f).await
 }
 
 struct World {
-    env: &'static TestEnv,
-    client: kube::Client,
-    ns: String,
+    scene: Scene,
     prom: Prometheus,
     fleet: FakeFleet,
     _pods: Vec<pods::FakePod>,
@@ -613,24 +588,18 @@ struct World {
 impl World {
     /// The world, with the Deployment `w` applied by `git_manager` (no `spec.replicas`).
     async fn new(prefix: &str, pod_count: usize, git_manager: &str) -> World {
-        let env = TestEnv::shared();
-        let client = env.client().unwrap();
-        common::install_crds(&client).await;
-        let ns = env.namespace(prefix).await.unwrap();
+        let scene = Scene::new(prefix).await;
+        let prom = Prometheus::start().unwrap();
+        let fleet = FakeFleet::start(&scene.ns, "w", pod_count);
         let w = World {
-            env,
-            client: client.clone(),
-            ns: ns.clone(),
-            prom: Prometheus::start().unwrap(),
-            fleet: FakeFleet::start(&ns, "w", pod_count),
+            scene,
+            prom,
+            fleet,
             _pods: Vec::new(),
             operator: None,
         };
         w.apply_deployment(git_manager).await.unwrap();
-        let mut fake = Vec::new();
-        for i in 0..pod_count {
-            fake.push(pods::start(env, &ns, "w", i).await);
-        }
+        let fake = w.scene.fake_pods("w", pod_count).await;
         w.prom.set_targets(&[w.fleet.target()]).unwrap();
         World { _pods: fake, ..w }
     }
@@ -649,7 +618,7 @@ impl World {
                 }
             }
         });
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &self.ns);
+        let api: Api<Deployment> = Api::namespaced(self.scene.client.clone(), &self.scene.ns);
         api.patch("w", &PatchParams::apply(manager), &Patch::Apply(&d))
             .await
             .map(|_| ())
@@ -658,15 +627,10 @@ impl World {
     /// Applies a WorkerBackpressure `name` = base spec merged with `patch`, as `manager`
     /// (without force: a conflict with the operator's fields is an error).
     async fn apply(&self, name: &str, manager: &str, patch: Value) -> Result<(), kube::Error> {
-        let mut spec = base_spec();
-        spec["metrics"]["prometheus"]["address"] = json!(self.prom.url());
+        let mut spec = base_spec_at(&self.prom.url());
         merge(&mut spec, patch);
-        let obj = json!({
-            "apiVersion": "backpressure.dev/v1alpha1",
-            "kind": "WorkerBackpressure",
-            "metadata": {"name": name, "labels": {"team": "shop"}},
-            "spec": spec,
-        });
+        let mut obj = wbp_object(name, spec);
+        obj["metadata"]["labels"] = json!({"team": "shop"});
         self.wbps()
             .patch(name, &PatchParams::apply(manager), &Patch::Apply(&obj))
             .await
@@ -674,18 +638,19 @@ impl World {
     }
 
     fn wbps(&self) -> Api<WorkerBackpressure> {
-        Api::namespaced(self.client.clone(), &self.ns)
+        self.scene.wbps()
     }
 
     /// The object exactly as the API server returns it (no typed round trip).
     async fn raw(&self, name: &str) -> Value {
         let ar = ApiResource::erase::<WorkerBackpressure>(&());
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &self.ns, &ar);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.scene.client.clone(), &self.scene.ns, &ar);
         serde_json::to_value(api.get(name).await.unwrap()).unwrap()
     }
 
     async fn start_operator(&mut self) {
-        self.operator = Some(Operator::start(self.env, &self.prom.url(), &[]).await);
+        self.operator = Some(Operator::start(self.scene.env, &self.prom.url(), &[]).await);
     }
 
     fn stop_operator(&mut self) {
@@ -724,35 +689,6 @@ impl World {
     }
 }
 
-fn merge(base: &mut Value, patch: Value) {
-    match (base, patch) {
-        (Value::Object(b), Value::Object(p)) => {
-            for (k, v) in p {
-                merge(b.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (b, p) => *b = p,
-    }
-}
-
-fn failing(k: &mut FleetKnobs) {
-    k.backoff = 0.6;
-    k.failure_rate = 0.4;
-    k.queue_age = 200.0;
-    k.queue_depth = 2000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 10.0;
-}
-
-fn backlog(k: &mut FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
-    k.queue_age = 100.0;
-    k.queue_depth = 1000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 20.0;
-}
-
 /// Asserts kstatus and Argo CD's verdicts on a real object.
 fn expect(state: &str, obj: &Value, want_kstatus: &str, want_argocd: &str) {
     let (ks, ks_msg) = kstatus(std::slice::from_ref(obj)).remove(0);
@@ -781,7 +717,7 @@ async fn real_objects_compute_as_current_in_progress_and_failed() {
     // Reconciled.
     w.start_operator().await;
     let obj = w
-        .wait_status("w", "Ready=True", |s| has(s, cond::READY, "True"))
+        .wait_status("w", "Ready=True", |s| has_condition(s, cond::READY, "True"))
         .await;
     expect("reconciled", &obj, "Current", "Healthy");
 
@@ -810,7 +746,9 @@ async fn real_objects_compute_as_current_in_progress_and_failed() {
     .unwrap();
     w.start_operator().await;
     let obj = w
-        .wait_status("w", "Stalled=True", |s| has(s, cond::STALLED, "True"))
+        .wait_status("w", "Stalled=True", |s| {
+            has_condition(s, cond::STALLED, "True")
+        })
         .await;
     expect("invalid spec", &obj, "Failed", "Degraded");
 
@@ -820,7 +758,7 @@ async fn real_objects_compute_as_current_in_progress_and_failed() {
         .unwrap();
     let obj = w
         .wait_status("w", "Ready=True after the fix", |s| {
-            has(s, cond::READY, "True")
+            has_condition(s, cond::READY, "True")
         })
         .await;
     assert!(
@@ -855,7 +793,9 @@ async fn real_objects_compute_as_current_in_progress_and_failed() {
     // Recovery: a staged ramp (stage 1 of 2 dwells 30s).
     w.fleet.set(backlog);
     let obj = w
-        .wait_status("w", "Ramping=True", |s| has(s, cond::RAMPING, "True"))
+        .wait_status("w", "Ramping=True", |s| {
+            has_condition(s, cond::RAMPING, "True")
+        })
         .await;
     expect("ramping", &obj, "Current", "Progressing");
 
@@ -925,6 +865,14 @@ fn leaves(v: &Value, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
+/// Leaf paths of the fields a managedFields entry owns.
+fn owned_leaves(e: &ManagedFieldsEntry) -> Vec<String> {
+    let mut fields = Vec::new();
+    let set = e.fields_v1.as_ref().map(|f| f.0.clone());
+    leaves(&set.unwrap_or_default(), "", &mut fields);
+    fields
+}
+
 #[tokio::test]
 async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_conflict() {
     let _serial = serial();
@@ -938,8 +886,8 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
     )
     .await
     .unwrap();
-    let user = format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}");
-    let deployments: Api<Deployment> = Api::namespaced(w.client.clone(), &w.ns);
+    let user = operator_user();
+    let deployments: Api<Deployment> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     // Someone set the replicas by hand once (a plain update: Kubernetes records an owner of
     // spec.replicas only for writes to the main resource, or for /scale writes when the field
     // already has an owner, whose ownership they then take over).
@@ -959,7 +907,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
     // It scales out (Deployment defaulted to 1 replica, Git sets none).
     let log = w.log_path();
     wait_for(Duration::from_secs(60), "a scale-out", &log, || async {
-        let r = pods::replicas(&w.client, &w.ns, "w").await;
+        let r = w.scene.replicas("w").await;
         (r >= 3).then_some(())
     })
     .await;
@@ -986,15 +934,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
         serde_json::to_string_pretty(&mf).unwrap()
     );
     for e in entries_of(&mf, FIELD_MANAGER) {
-        let mut fields = Vec::new();
-        leaves(
-            &e.fields_v1
-                .as_ref()
-                .map(|f| f.0.clone())
-                .unwrap_or_default(),
-            "",
-            &mut fields,
-        );
+        let fields = owned_leaves(e);
         assert_eq!(
             fields,
             vec!["/f:spec/f:replicas"],
@@ -1003,11 +943,11 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
     }
 
     // Git re-applies the Deployment (without force): no conflict, replicas stay.
-    let before = pods::replicas(&w.client, &w.ns, "w").await;
+    let before = w.scene.replicas("w").await;
     w.apply_deployment(git)
         .await
         .expect("Git's re-apply of the Deployment conflicts with the operator");
-    assert_eq!(pods::replicas(&w.client, &w.ns, "w").await, before);
+    assert_eq!(w.scene.replicas("w").await, before);
 
     // The WorkerBackpressure: the operator owns status only (no spec, labels or annotations,
     // in particular never the kubectl-wbp annotations); Git re-applies without conflict.
@@ -1026,15 +966,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
         let main_resource = e.subresource.as_deref().unwrap_or_default().is_empty();
         if main_resource {
             // Only a finalizer may be written on the main resource (Guard mode's cleanup).
-            let mut fields = Vec::new();
-            leaves(
-                &e.fields_v1
-                    .as_ref()
-                    .map(|f| f.0.clone())
-                    .unwrap_or_default(),
-                "",
-                &mut fields,
-            );
+            let fields = owned_leaves(e);
             assert!(
                 fields
                     .iter()
@@ -1054,7 +986,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
     }
 
     // The owned ConfigMap: server-side applied by the operator, owner reference to the object.
-    let cms: Api<ConfigMap> = Api::namespaced(w.client.clone(), &w.ns);
+    let cms: Api<ConfigMap> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     let cm = cms.get("w-worker-config").await.unwrap();
     let owner = &cm.metadata.owner_references.clone().unwrap()[0];
     assert_eq!(owner.uid, wbp.metadata.uid.clone().unwrap());
@@ -1069,7 +1001,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
     );
 
     // Every write the operator made, by resource: exactly the README's list.
-    let writes = w.env.audit_writes_by(&user);
+    let writes = w.scene.env.audit_writes_by(&user);
     assert!(!writes.is_empty());
     let mut unexpected = Vec::new();
     for e in &writes {
@@ -1083,7 +1015,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
             // Only metadata.finalizers (checked above through managedFields).
             ("workerbackpressures", "") => e["verb"] == "patch" || e["verb"] == "update",
             ("deployments", "scale") => true,
-            ("configmaps", "") => r["name"] == "w-worker-config" || r["namespace"] != w.ns,
+            ("configmaps", "") => r["name"] == "w-worker-config" || r["namespace"] != w.scene.ns,
             ("events", "") => true,
             // Tokens of its own ServiceAccount for config pushes.
             ("serviceaccounts", "token") => {

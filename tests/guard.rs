@@ -18,17 +18,17 @@ use std::time::{Duration, Instant};
 
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::{GuardClamp, GuardKind, Regime, WorkerBackpressureStatus};
-use backpressure_envtest::{Prometheus, TestEnv};
+use backpressure_envtest::Prometheus;
 use backpressure_operator::act::guard::{
     FINALIZER, KEDA_PAUSED_SCALE_OUT, ORIGINAL_ANNOTATION, api_resource,
 };
-use common::fleet::{FakeFleet, FleetKnobs};
-use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
+use common::fleet::{FakeFleet, FleetKnobs, failing, recovered};
+use common::operator::Operator;
 use common::pods;
+use common::scene::{Scene, Workload, condition, merge, operator_user, spec, tail, wait_for_every};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
 
@@ -41,9 +41,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// One test's world: a namespace, a Deployment `w` with 4 replicas and 2 fake pods, a fake
 /// fleet scraped by its own Prometheus, the guarded autoscaler, and the operator.
 struct World {
-    env: &'static TestEnv,
-    client: kube::Client,
-    ns: String,
+    scene: Scene,
     prom: Prometheus,
     fleet: FakeFleet,
     _pods: Vec<pods::FakePod>,
@@ -53,82 +51,48 @@ struct World {
 
 impl World {
     async fn new(prefix: &str, kind: GuardKind) -> World {
-        let env = TestEnv::shared();
-        let client = env.client().unwrap();
-        common::install_crds(&client).await;
+        let scene = Scene::new(prefix).await;
         if kind == GuardKind::ScaledObject {
-            install_keda_crd(&client).await;
+            install_keda_crd(&scene.client).await;
         }
-        let ns = env.namespace(prefix).await.unwrap();
-        pods::deployment(&client, &ns, "w", 4).await;
-        let mut fake_pods = Vec::new();
-        for i in 0..2 {
-            fake_pods.push(pods::start(env, &ns, "w", i).await);
-        }
-        let fleet = FakeFleet::start(&ns, "w", 2);
-        let prom = Prometheus::start().unwrap();
-        prom.set_targets(&[fleet.target()]).unwrap();
+        let Workload { pods, fleet, prom } = scene.workload(4, 2).await;
         World {
-            env,
-            client,
-            ns,
+            scene,
             prom,
             fleet,
-            _pods: fake_pods,
+            _pods: pods,
             operator: None,
             kind,
         }
     }
 
     async fn start_operator(&mut self) {
-        self.operator = Some(Operator::start(self.env, &self.prom.url(), &[]).await);
+        self.operator = Some(Operator::start(self.scene.env, &self.prom.url(), &[]).await);
     }
 
     /// The Guard-mode WorkerBackpressure for `w` guarding the autoscaler `w`, with fast time
-    /// constants; `patch` is merged into the spec.
+    /// constants; `patch` is merged into the spec. Unlike the Scale-mode spec it sets no
+    /// `scaleUp`/`scaleDown` step limits (the guarded autoscaler scales).
     async fn apply(&self, patch: Value) {
-        let mut spec = json!({
-            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
-            "mode": "Guard",
-            "guard": {"kind": kind_name(self.kind), "name": "w"},
-            "metrics": {
-                "prometheus": {"address": self.prom.url(), "timeout": "2s"},
-                "workload": "w",
-                "rateWindow": "5s",
-                "staleAfter": "10s",
-            },
-            "scaling": {
-                "minReplicas": 1,
-                "maxReplicas": 20,
-                "targetQueueAge": "10s",
-                "hold": {"backoffAbove": 0.2, "for": "2s"},
-                "release": {"backoffBelow": 0.05, "for": "2s"},
-                "rampUp": {"stages": [34, 67, 100], "dwell": "4s", "abortAbove": 0.3},
-            },
-        });
+        let mode = json!({"mode": "Guard", "guard": {"kind": kind_name(self.kind), "name": "w"}});
+        let mut spec = spec("w", "w", &self.prom.url(), mode);
+        let scaling = spec["scaling"].as_object_mut().unwrap();
+        scaling.remove("scaleUp");
+        scaling.remove("scaleDown");
         merge(&mut spec, patch);
-        let obj = json!({
-            "apiVersion": "backpressure.dev/v1alpha1",
-            "kind": "WorkerBackpressure",
-            "metadata": {"name": "w"},
-            "spec": spec,
-        });
-        self.wbps()
-            .patch(
-                "w",
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .unwrap();
+        self.scene.apply("w", spec).await;
     }
 
     fn wbps(&self) -> Api<WorkerBackpressure> {
-        Api::namespaced(self.client.clone(), &self.ns)
+        self.scene.wbps()
     }
 
     fn autoscalers(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), &self.ns, &api_resource(self.kind))
+        Api::namespaced_with(
+            self.scene.client.clone(),
+            &self.scene.ns,
+            &api_resource(self.kind),
+        )
     }
 
     /// Creates the guarded autoscaler `w` from `obj` and returns it as stored.
@@ -147,20 +111,11 @@ impl World {
     }
 
     async fn status(&self) -> WorkerBackpressureStatus {
-        self.wbps()
-            .get_status("w")
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default()
+        self.scene.status("w").await
     }
 
     async fn events(&self) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), &self.ns)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+        self.scene.events().await
     }
 
     fn diag(&self) -> String {
@@ -169,35 +124,25 @@ impl World {
             .as_ref()
             .map(Operator::log)
             .unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(25).collect();
-        format!(
-            "operator log (last lines):\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        )
+        format!("operator log (last lines):\n{}", tail(&log, 25))
     }
 
-    /// Polls `f` until it returns `Some`, or panics with `what` and the operator's log.
-    async fn wait_for<T, F, Fut>(&self, timeout: Duration, what: &str, mut f: F) -> T
+    /// Polls `f` every 200 ms until it returns `Some`, or panics with `what`, the status, the
+    /// autoscaler and the operator's log.
+    async fn wait_for<T, F, Fut>(&self, timeout: Duration, what: &str, f: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            if Instant::now() >= deadline {
-                let s = self.status().await;
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}\nstatus: {}\nautoscaler: {}\n{}",
-                    serde_json::to_string_pretty(&s).unwrap_or_default(),
-                    serde_json::to_string_pretty(&self.autoscaler().await).unwrap_or_default(),
-                    self.diag()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let diag = || async {
+            format!(
+                "status: {}\nautoscaler: {}\n{}",
+                serde_json::to_string_pretty(&self.status().await).unwrap_or_default(),
+                serde_json::to_string_pretty(&self.autoscaler().await).unwrap_or_default(),
+                self.diag()
+            )
+        };
+        wait_for_every(Duration::from_millis(200), timeout, what, diag, f).await
     }
 
     async fn wait_regime(&self, regime: Regime) -> WorkerBackpressureStatus {
@@ -243,12 +188,14 @@ impl World {
     }
 
     async fn operator_scale_writes(&self) -> Vec<String> {
-        let user = format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}");
-        self.env
-            .audit_writes_by(&user)
+        self.scene
+            .env
+            .audit_writes_by(&operator_user())
             .iter()
             .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
-            .filter(|w| w.contains(&format!("/namespaces/{}/", self.ns)) && w.contains("/scale"))
+            .filter(|w| {
+                w.contains(&format!("/namespaces/{}/", self.scene.ns)) && w.contains("/scale")
+            })
             .collect()
     }
 
@@ -302,39 +249,13 @@ async fn install_keda_crd(client: &kube::Client) {
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
-fn merge(base: &mut Value, patch: Value) {
-    match (base, patch) {
-        (Value::Object(b), Value::Object(p)) => {
-            for (k, v) in p {
-                merge(b.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (b, p) => *b = p,
-    }
-}
-
-fn condition<'a>(s: &'a WorkerBackpressureStatus, t: &str) -> Option<&'a Condition> {
-    s.conditions.iter().flatten().find(|c| c.type_ == t)
-}
-
-fn failing(k: &mut FleetKnobs) {
-    k.backoff = 0.6;
-    k.failure_rate = 0.4;
-    k.queue_age = 200.0;
-    k.queue_depth = 2000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 10.0;
-}
-
 /// The dependency is back and a large backlog waits: the backlog-sized target stays at the
 /// object's maxReplicas (20) through the ramp, so every stage raises the ceiling.
-fn recovered(k: &mut FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
+fn recovered_behind_a_large_backlog(k: &mut FleetKnobs) {
+    recovered(k);
     k.queue_age = 2000.0;
     k.queue_depth = 50000.0;
     k.arrival_rate = 200.0;
-    k.completion_rate = 40.0;
 }
 
 /// What Guard mode may change, and what must come back exactly: the spec and the annotations.
@@ -447,10 +368,10 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
         "no GuardClamped event"
     );
     // Guard mode never scales the target itself.
-    assert_eq!(pods::replicas(&w.client, &w.ns, "w").await, 4);
+    assert_eq!(w.scene.replicas("w").await, 4);
 
     // Recovery: the ceiling rises stage by stage; scale-out is allowed again up to it.
-    w.fleet.set(recovered);
+    w.fleet.set(recovered_behind_a_large_backlog);
     let stages = [34, 67, 100];
     let mut ceilings: Vec<(i32, i64)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -712,7 +633,7 @@ async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
     );
 
     // The ramp clamps maxReplicaCount instead, with the pause lifted.
-    w.fleet.set(recovered);
+    w.fleet.set(recovered_behind_a_large_backlog);
     let ramp = w
         .wait_autoscaler("maxReplicaCount clamped by the ramp", |a| {
             a["spec"]["maxReplicaCount"]

@@ -22,12 +22,11 @@ use std::time::Duration;
 
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureSpec, WorkerBackpressureStatus};
-use backpressure_envtest::Prometheus;
 use backpressure_operator::resolve;
 use common::fakeprom::{FakeProm, PromMode};
-use common::fleet::{FakeFleet, FleetKnobs};
+use common::fleet::{FakeFleet, backlog, steady};
 use common::operator::Operator;
-use common::scene::{Scene, condition, has_condition, operator_user, spec, tail, wait_for};
+use common::scene::{Scene, condition, has_condition, operator_user, tail, wait_for, zero_trap};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use proptest::prelude::*;
@@ -37,24 +36,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn steady(k: &mut FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
-    k.queue_age = 10.0;
-    k.queue_depth = 0.0;
-    k.arrival_rate = 10.0;
-    k.completion_rate = 10.0;
-}
-
-fn backlog(k: &mut FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
-    k.queue_age = 100.0;
-    k.queue_depth = 1000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 20.0;
 }
 
 async fn diag(scene: &Scene, names: &[&str], op: &Operator) -> String {
@@ -81,8 +62,7 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
     scene.deployment("w", 2).await;
     let fleet = FakeFleet::start(&scene.ns, "w", 1);
     fleet.set(backlog);
-    let prom = Prometheus::start().unwrap();
-    prom.set_targets(&[fleet.target()]).unwrap();
+    let prom = fleet.prometheus();
     let cms: Api<ConfigMap> = Api::namespaced(scene.client.clone(), &scene.ns);
     let cm: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "cm"}, "data": {"a": "b"}})).unwrap();
@@ -116,20 +96,10 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
         ),
     ];
     for (name, t, _, _) in &bad {
-        scene
-            .apply(name, spec("w", "w", &prom.url(), t.clone()))
-            .await;
+        scene.apply_w(name, &prom.url(), t.clone()).await;
     }
     scene
-        .apply(
-            "good",
-            spec(
-                "w",
-                "w",
-                &prom.url(),
-                json!({"scaling": {"maxReplicas": 6}}),
-            ),
-        )
+        .apply_w("good", &prom.url(), json!({"scaling": {"maxReplicas": 6}}))
         .await;
     let op = Operator::start(scene.env, &prom.url(), &[]).await;
     let names: Vec<&str> = bad.iter().map(|b| b.0).chain(["good"]).collect();
@@ -211,30 +181,17 @@ async fn two_objects_naming_one_target_do_not_fight() {
     scene.deployment("w", 2).await;
     let fleet = FakeFleet::start(&scene.ns, "w", 1);
     fleet.set(backlog);
-    let prom = Prometheus::start().unwrap();
-    prom.set_targets(&[fleet.target()]).unwrap();
+    let prom = fleet.prometheus();
     // `first` wants 6, `second` would cap the same Deployment at 3.
     scene
-        .apply(
-            "first",
-            spec(
-                "w",
-                "w",
-                &prom.url(),
-                json!({"scaling": {"maxReplicas": 6}}),
-            ),
-        )
+        .apply_w("first", &prom.url(), json!({"scaling": {"maxReplicas": 6}}))
         .await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     scene
-        .apply(
+        .apply_w(
             "second",
-            spec(
-                "w",
-                "w",
-                &prom.url(),
-                json!({"scaling": {"maxReplicas": 3}}),
-            ),
+            &prom.url(),
+            json!({"scaling": {"maxReplicas": 3}}),
         )
         .await;
     let op = Operator::start(scene.env, &prom.url(), &[]).await;
@@ -272,23 +229,9 @@ async fn garbage_from_prometheus_is_unavailable_never_a_crash_or_a_scale_to_zero
     scene.deployment("w", 3).await;
     let fleet = FakeFleet::start(&scene.ns, "w", 1);
     fleet.set(steady);
-    let prom = Prometheus::start().unwrap();
-    prom.set_targets(&[fleet.target()]).unwrap();
+    let prom = fleet.prometheus();
     let proxy = FakeProm::start(&prom.url(), &[(&scene.ns, "w")]);
-    scene
-        .apply(
-            "w",
-            spec(
-                "w",
-                "w",
-                &proxy.url(),
-                json!({"scaling": {
-                    "minReplicas": 0,
-                    "scaleDown": {"maxPercent": 100, "period": "1s", "stabilization": "0s"},
-                }}),
-            ),
-        )
-        .await;
+    scene.apply_w("w", &proxy.url(), zero_trap()).await;
     let mut op = Operator::start(scene.env, "http://127.0.0.1:9", &[]).await;
     let available = |s: &WorkerBackpressureStatus| {
         has_condition(s, cond::METRICS_AVAILABLE, "True")

@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::{Action, Regime, WorkerBackpressureStatus};
 use backpressure_envtest::{Prometheus, TestEnv};
-use common::fleet::FakeFleet;
-use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
+use common::fleet::{FakeFleet, backlog, failing, recovered};
+use common::operator::Operator;
 use common::pods;
+use common::scene::{self, Scene, Workload, condition, operator_user, spec, tail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -33,22 +34,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// Polls `f` until it returns `Some`, or panics with `what` (and the world's state, when
 /// `diag` gives it) after `timeout`.
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let diag = DIAG.lock().map(|d| d.clone()).unwrap_or_default();
-            panic!("timed out after {timeout:?} waiting for {what}\n{diag}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let diag = || async { DIAG.lock().map(|d| d.clone()).unwrap_or_default() };
+    scene::wait_for(timeout, what, diag, f).await
 }
 
 /// The last known state of the world, printed when a wait times out.
@@ -57,9 +49,7 @@ static DIAG: Mutex<String> = Mutex::new(String::new());
 /// One test's world: a namespace, a Deployment `w`, fake pods, a fake fleet scraped by its own
 /// Prometheus, and the operator.
 struct World {
-    env: &'static TestEnv,
-    client: kube::Client,
-    ns: String,
+    scene: Scene,
     prom: Prometheus,
     fleet: FakeFleet,
     pods: Vec<pods::FakePod>,
@@ -68,97 +58,46 @@ struct World {
 
 impl World {
     async fn new(prefix: &str, replicas: i32, pod_count: usize) -> World {
-        let env = TestEnv::shared();
-        let client = env.client().unwrap();
-        common::install_crds(&client).await;
-        let ns = env.namespace(prefix).await.unwrap();
-        pods::deployment(&client, &ns, "w", replicas).await;
-        let mut fake_pods = Vec::new();
-        for i in 0..pod_count {
-            fake_pods.push(pods::start(env, &ns, "w", i).await);
-        }
-        let fleet = FakeFleet::start(&ns, "w", pod_count);
-        let prom = Prometheus::start().unwrap();
-        prom.set_targets(&[fleet.target()]).unwrap();
+        let scene = Scene::new(prefix).await;
+        let Workload { pods, fleet, prom } = scene.workload(replicas, pod_count).await;
         World {
-            env,
-            client,
-            ns,
+            scene,
             prom,
             fleet,
-            pods: fake_pods,
+            pods,
             operator: None,
         }
     }
 
     async fn start_operator(&mut self) {
-        self.operator = Some(Operator::start(self.env, &self.prom.url(), &[]).await);
+        self.operator = Some(Operator::start(self.scene.env, &self.prom.url(), &[]).await);
     }
 
     /// A WorkerBackpressure for `w` with fast time constants, patched by `spec`.
     async fn apply(&self, patch: Value) {
-        let mut spec = json!({
-            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
-            "metrics": {
-                "prometheus": {"address": self.prom.url(), "timeout": "2s"},
-                "workload": "w",
-                "rateWindow": "5s",
-                "staleAfter": "10s",
-            },
-            "scaling": {
-                "minReplicas": 1,
-                "maxReplicas": 20,
-                "targetQueueAge": "10s",
-                "hold": {"backoffAbove": 0.2, "for": "2s"},
-                "release": {"backoffBelow": 0.05, "for": "2s"},
-                "scaleUp": {"maxPods": 2, "maxPercent": 50, "period": "3s"},
-                "scaleDown": {"maxPercent": 10, "period": "60s", "stabilization": "60s"},
-                "rampUp": {"stages": [34, 67, 100], "dwell": "4s", "abortAbove": 0.3},
-            },
-        });
-        merge(&mut spec, patch);
-        let obj = json!({
-            "apiVersion": "backpressure.dev/v1alpha1",
-            "kind": "WorkerBackpressure",
-            "metadata": {"name": "w"},
-            "spec": spec,
-        });
-        self.wbps()
-            .patch(
-                "w",
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .unwrap();
+        self.scene
+            .apply("w", spec("w", "w", &self.prom.url(), patch))
+            .await;
     }
 
     fn wbps(&self) -> Api<WorkerBackpressure> {
-        Api::namespaced(self.client.clone(), &self.ns)
+        self.scene.wbps()
     }
 
     async fn status(&self) -> WorkerBackpressureStatus {
-        let s = self
-            .wbps()
-            .get_status("w")
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default();
+        let s = self.scene.status("w").await;
         if let Ok(mut d) = DIAG.lock() {
-            let log = self.operator_log();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
             *d = format!(
                 "status: {}\noperator log (last lines):\n{}",
                 serde_json::to_string_pretty(&s).unwrap_or_default(),
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                tail(&self.operator_log(), 40)
             );
         }
         s
     }
 
     async fn replicas(&self) -> i32 {
-        pods::replicas(&self.client, &self.ns, "w").await
+        self.scene.replicas("w").await
     }
 
     async fn wait_regime(&self, regime: Regime, timeout: Duration) -> WorkerBackpressureStatus {
@@ -169,13 +108,9 @@ impl World {
         .await
     }
 
-    async fn events(&self) -> Vec<Event> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        api.list(&ListParams::default()).await.unwrap().items
-    }
-
     async fn has_event(&self, reason: &str) -> Option<Event> {
-        self.events()
+        self.scene
+            .events()
             .await
             .into_iter()
             .find(|e| e.reason.as_deref() == Some(reason))
@@ -194,42 +129,6 @@ impl World {
         }
         let _ = self.wbps().delete("w", &DeleteParams::default()).await;
     }
-}
-
-fn merge(base: &mut Value, patch: Value) {
-    match (base, patch) {
-        (Value::Object(b), Value::Object(p)) => {
-            for (k, v) in p {
-                merge(b.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (b, p) => *b = p,
-    }
-}
-
-fn condition<'a>(
-    s: &'a WorkerBackpressureStatus,
-    t: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    s.conditions.iter().flatten().find(|c| c.type_ == t)
-}
-
-fn backlog(k: &mut common::fleet::FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
-    k.queue_age = 100.0;
-    k.queue_depth = 1000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 20.0;
-}
-
-fn failing(k: &mut common::fleet::FleetKnobs) {
-    k.backoff = 0.6;
-    k.failure_rate = 0.4;
-    k.queue_age = 200.0;
-    k.queue_depth = 2000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 10.0;
 }
 
 #[tokio::test]
@@ -314,11 +213,7 @@ async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_s
     );
 
     // Recovery: backoff falls below release; a staged ramp starts.
-    w.fleet.set(|k| {
-        k.backoff = 0.0;
-        k.failure_rate = 0.0;
-        k.completion_rate = 40.0;
-    });
+    w.fleet.set(recovered);
     let s1 = wait_for(Duration::from_secs(40), "ramp stage 1", || async {
         let s = w.status().await;
         (s.regime == Some(Regime::Recovering) && s.ramp.as_ref().is_some_and(|r| r.stage == 1))
@@ -383,11 +278,7 @@ async fn a_killed_operator_resumes_the_ramp_at_the_recorded_stage() {
     w.start_operator().await;
     w.wait_regime(Regime::DependencyFailing, Duration::from_secs(40))
         .await;
-    w.fleet.set(|k| {
-        k.backoff = 0.0;
-        k.failure_rate = 0.0;
-        k.completion_rate = 40.0;
-    });
+    w.fleet.set(recovered);
     let s1 = wait_for(Duration::from_secs(40), "ramp stage 1", || async {
         let s = w.status().await;
         s.ramp.as_ref().is_some_and(|r| r.stage == 1).then_some(s)
@@ -495,7 +386,7 @@ async fn dry_run_reports_decisions_and_never_scales() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(w.replicas().await, 2, "DryRun wrote to the target");
     assert!(
-        !w.events().await.is_empty(),
+        !w.scene.events().await.is_empty(),
         "DryRun publishes its decisions as events"
     );
     w.cleanup().await;
@@ -521,7 +412,7 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
         assert_eq!(p.running().hash, hash, "pod {} runs another config", p.name);
         assert_eq!(p.running().max_permits, 8);
     }
-    let cms: Api<ConfigMap> = Api::namespaced(w.client.clone(), &w.ns);
+    let cms: Api<ConfigMap> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     let cm = cms.get("w-worker-config").await.unwrap();
     assert!(cm.data.unwrap()["worker-config.json"].contains(&hash));
 
@@ -569,7 +460,7 @@ async fn a_no_op_reconcile_writes_nothing() {
     });
     w.apply(json!({})).await;
     w.start_operator().await;
-    let user = format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}");
+    let user = operator_user();
     wait_for(Duration::from_secs(40), "settled status", || async {
         let s = w.status().await;
         (s.regime == Some(Regime::Healthy)
@@ -580,10 +471,10 @@ async fn a_no_op_reconcile_writes_nothing() {
     .await;
     // Let rates settle, then count the operator's writes over several reconcile intervals.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let before = w.env.audit_writes_by(&user).len();
+    let before = w.scene.env.audit_writes_by(&user).len();
     let rv_before = w.wbps().get("w").await.unwrap().metadata.resource_version;
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let writes = w.env.audit_writes_by(&user);
+    let writes = w.scene.env.audit_writes_by(&user);
     let new: Vec<String> = writes[before..]
         .iter()
         .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
@@ -609,12 +500,7 @@ async fn the_operator_role_cannot_touch_what_it_does_not_need() {
     let _serial = serial();
     let env = TestEnv::shared();
     let _ = common::operator::operator_kubeconfig(env).await;
-    let as_operator = env
-        .client_as(
-            &format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"),
-            &[],
-        )
-        .unwrap();
+    let as_operator = env.client_as(&operator_user(), &[]).unwrap();
     let ns = env.namespace("rbac").await.unwrap();
     // Creating Deployments, deleting pods or reading Secrets cluster-wide in other ways is not
     // part of its job (it may get Secrets for Prometheus credentials, but not list them).

@@ -13,16 +13,17 @@ mod common;
 use std::future::Future;
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::WorkerBackpressureStatus;
 use backpressure_envtest::{Prometheus, TestEnv};
 use backpressure_operator::annotations;
 use backpressure_operator::plugin;
-use common::fleet::{FakeFleet, FleetKnobs};
-use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
+use common::fleet::{FakeFleet, backlog};
+use common::operator::Operator;
 use common::pods;
+use common::scene::{self, Scene, Workload, operator_user, spec, tail, wbp_object};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -70,10 +71,7 @@ fn ok(args: &[&str]) -> String {
 }
 
 async fn setup(prefix: &str) -> (kube::Client, String) {
-    let env = TestEnv::shared();
-    let client = env.client().unwrap();
-    common::install_crds(&client).await;
-    let ns = env.namespace(prefix).await.unwrap();
+    let Scene { client, ns, .. } = Scene::new(prefix).await;
     (client, ns)
 }
 
@@ -502,32 +500,18 @@ async fn dry_run_on_and_off_by_name_and_by_selector() {
 // ---------------------------------------------------------------------------------------------
 // With the operator running
 
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, log: &Operator, mut f: F) -> T
+/// Polls `f` every 250 ms until it returns `Some`, or panics with `what` and the tail of `log`.
+async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, log: &Operator, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let text = log.log();
-            let tail: Vec<&str> = text.lines().rev().take(30).collect();
-            panic!(
-                "timed out after {timeout:?} waiting for {what}\noperator log:\n{}",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let diag = || async { format!("operator log:\n{}", tail(&log.log(), 30)) };
+    scene::wait_for(timeout, what, diag, f).await
 }
 
 struct World {
-    env: &'static TestEnv,
-    client: kube::Client,
-    ns: String,
+    scene: Scene,
     prom: Prometheus,
     fleet: FakeFleet,
     _pods: Vec<pods::FakePod>,
@@ -535,50 +519,23 @@ struct World {
 
 impl World {
     async fn new(prefix: &str, replicas: i32, pod_count: usize) -> World {
-        let env = TestEnv::shared();
-        let (client, ns) = setup(prefix).await;
-        pods::deployment(&client, &ns, "w", replicas).await;
-        let mut fake = Vec::new();
-        for i in 0..pod_count {
-            fake.push(pods::start(env, &ns, "w", i).await);
-        }
-        let fleet = FakeFleet::start(&ns, "w", pod_count);
-        let prom = Prometheus::start().unwrap();
-        prom.set_targets(&[fleet.target()]).unwrap();
+        let scene = Scene::new(prefix).await;
+        let Workload { pods, fleet, prom } = scene.workload(replicas, pod_count).await;
         World {
-            env,
-            client,
-            ns,
+            scene,
             prom,
             fleet,
-            _pods: fake,
+            _pods: pods,
         }
     }
 
+    /// What Git holds: the test spec without a `rampUp` section, labelled `team=shop`, applied
+    /// by field manager `git`.
     async fn apply(&self) {
-        let obj = json!({
-            "apiVersion": "backpressure.dev/v1alpha1",
-            "kind": "WorkerBackpressure",
-            "metadata": {"name": "w", "labels": {"team": "shop"}},
-            "spec": {
-                "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
-                "metrics": {
-                    "prometheus": {"address": self.prom.url(), "timeout": "2s"},
-                    "workload": "w",
-                    "rateWindow": "5s",
-                    "staleAfter": "10s",
-                },
-                "scaling": {
-                    "minReplicas": 1,
-                    "maxReplicas": 20,
-                    "targetQueueAge": "10s",
-                    "hold": {"backoffAbove": 0.2, "for": "2s"},
-                    "release": {"backoffBelow": 0.05, "for": "2s"},
-                    "scaleUp": {"maxPods": 2, "maxPercent": 50, "period": "3s"},
-                    "scaleDown": {"maxPercent": 10, "period": "60s", "stabilization": "60s"},
-                },
-            },
-        });
+        let mut spec = spec("w", "w", &self.prom.url(), json!({}));
+        spec["scaling"].as_object_mut().unwrap().remove("rampUp");
+        let mut obj = wbp_object("w", spec);
+        obj["metadata"]["labels"] = json!({"team": "shop"});
         self.wbps()
             .patch("w", &PatchParams::apply("git").force(), &Patch::Apply(&obj))
             .await
@@ -586,30 +543,25 @@ impl World {
     }
 
     fn wbps(&self) -> Api<WorkerBackpressure> {
-        Api::namespaced(self.client.clone(), &self.ns)
+        self.scene.wbps()
     }
 
     async fn status(&self) -> WorkerBackpressureStatus {
-        self.wbps()
-            .get_status("w")
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default()
+        self.scene.status("w").await
     }
 
     async fn replicas(&self) -> i32 {
-        pods::replicas(&self.client, &self.ns, "w").await
+        self.scene.replicas("w").await
     }
 
     /// The operator's writes to the target's `/scale` in this namespace so far.
     fn scale_writes(&self) -> usize {
-        let user = format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}");
-        self.env
-            .audit_writes_by(&user)
+        self.scene
+            .env
+            .audit_writes_by(&operator_user())
             .iter()
             .filter(|e| {
-                e["objectRef"]["namespace"] == self.ns.as_str()
+                e["objectRef"]["namespace"] == self.scene.ns.as_str()
                     && e["objectRef"]["subresource"] == "scale"
             })
             .count()
@@ -621,23 +573,14 @@ impl World {
     }
 }
 
-fn backlog(k: &mut FleetKnobs) {
-    k.backoff = 0.0;
-    k.failure_rate = 0.0;
-    k.queue_age = 100.0;
-    k.queue_depth = 1000.0;
-    k.arrival_rate = 100.0;
-    k.completion_rate = 20.0;
-}
-
 #[tokio::test]
 async fn a_hold_stops_scale_out_until_it_is_released() {
     let _serial = serial();
     let w = World::new("wbp-live-hold", 2, 2).await;
     w.fleet.set(backlog);
     w.apply().await;
-    ok(&["hold", "w", "--for", "30m", "-n", &w.ns]);
-    let op = Operator::start(w.env, &w.prom.url(), &[]).await;
+    ok(&["hold", "w", "--for", "30m", "-n", &w.scene.ns]);
+    let op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
 
     // The operator sees the backlog (a backlog-only autoscaler would add pods) ...
     let s = wait_for(
@@ -665,17 +608,17 @@ async fn a_hold_stops_scale_out_until_it_is_released() {
     assert_eq!(r.desired, 2, "desired is the held replica count: {s:?}");
 
     // The plugin shows the fleet as the operator sees it.
-    let t = ok(&["status", "-n", &w.ns]);
+    let t = ok(&["status", "-n", &w.scene.ns]);
     let row = t.lines().find(|l| l.contains(" w ")).unwrap_or_default();
     assert!(
         row.contains("(hold)") && row.contains(&format!("2/2/{}", r.recommended)),
         "{t}"
     );
-    let e = ok(&["explain", "w", "-n", &w.ns]);
+    let e = ok(&["explain", "w", "-n", &w.scene.ns]);
     assert!(e.contains("scale-out held until"), "{e}");
 
     // Released: scale-out resumes.
-    ok(&["release", "w", "-n", &w.ns]);
+    ok(&["release", "w", "-n", &w.scene.ns]);
     wait_for(
         Duration::from_secs(60),
         "scale-out after release",
@@ -692,9 +635,9 @@ async fn dry_run_by_annotation_stops_the_operators_writes() {
     let w = World::new("wbp-live-dry", 2, 2).await;
     w.fleet.set(backlog);
     w.apply().await;
-    let out = ok(&["dry-run", "on", "-l", "team=shop", "-n", &w.ns]);
+    let out = ok(&["dry-run", "on", "-l", "team=shop", "-n", &w.scene.ns]);
     assert!(out.contains("workerbackpressure/w dry-run on"), "{out}");
-    let op = Operator::start(w.env, &w.prom.url(), &[]).await;
+    let op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
 
     let d = wait_for(
         Duration::from_secs(60),
@@ -711,19 +654,19 @@ async fn dry_run_by_annotation_stops_the_operators_writes() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(w.replicas().await, 2, "DryRun wrote to the target: {d:?}");
     assert_eq!(w.scale_writes(), 0, "the operator wrote /scale in DryRun");
-    let cms: Api<ConfigMap> = Api::namespaced(w.client.clone(), &w.ns);
+    let cms: Api<ConfigMap> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     assert!(
         cms.get_opt("w-worker-config").await.unwrap().is_none(),
         "the operator wrote the worker ConfigMap in DryRun"
     );
-    let e = ok(&["explain", "w", "-n", &w.ns]);
+    let e = ok(&["explain", "w", "-n", &w.scene.ns]);
     assert!(
         e.contains("dry run: not applied") && e.contains("dry run: nothing is written"),
         "{e}"
     );
 
     // Off again: the operator acts.
-    ok(&["dry-run", "off", "w", "-n", &w.ns]);
+    ok(&["dry-run", "off", "w", "-n", &w.scene.ns]);
     wait_for(
         Duration::from_secs(60),
         "scale-out after dry-run off",

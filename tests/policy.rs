@@ -17,18 +17,15 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use backpressure_api::v1alpha1::{
-    BackpressurePolicy, WorkerBackpressure, WorkerBackpressureStatus,
-};
+use backpressure_api::v1alpha1::{BackpressurePolicy, WorkerBackpressure};
 use backpressure_api::wire::BrakeConfig;
 use backpressure_envtest::TestEnv;
-use common::operator::Operator;
+use common::operator::{Operator, render_chart};
 use common::pods::{self, FakePod};
+use common::scene::{self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
 
@@ -42,26 +39,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 const NO_PROMETHEUS: &str = "http://127.0.0.1:9";
 
 /// Polls `f` every 200 ms until it returns `Some`, or panics with `what` and `diag()`.
-async fn wait_for<T, F, Fut>(
-    timeout: Duration,
-    what: &str,
-    diag: impl Fn() -> String,
-    mut f: F,
-) -> T
+async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, diag: impl Fn() -> String, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}\n{}", diag());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let diag = || std::future::ready(diag());
+    wait_for_every(Duration::from_millis(200), timeout, what, diag, f).await
 }
 
 /// Creates a namespace with `labels`.
@@ -85,34 +69,19 @@ async fn namespace(env: &TestEnv, prefix: &str, labels: &[(&str, &str)]) -> Stri
 async fn workload(env: &'static TestEnv, ns: &str, name: &str, pod_count: usize) -> Vec<FakePod> {
     let client = env.client().unwrap();
     pods::deployment(&client, ns, name, pod_count as i32).await;
-    let mut out = Vec::new();
-    for i in 0..pod_count {
-        out.push(pods::start(env, ns, name, i).await);
-    }
-    out
+    pods::start_many(env, ns, name, pod_count).await
 }
 
-/// A WorkerBackpressure `name` for the Deployment `name`, with `spec` merged in.
-fn wbp_object(name: &str, spec: Value) -> Value {
+/// A WorkerBackpressure spec for the Deployment `name`, with `spec` merged in.
+fn targeting(name: &str, spec: Value) -> Value {
     let mut s = json!({"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}});
     merge(&mut s, spec);
-    json!({
-        "apiVersion": "backpressure.dev/v1alpha1",
-        "kind": "WorkerBackpressure",
-        "metadata": {"name": name},
-        "spec": s,
-    })
+    s
 }
 
+/// Applies WorkerBackpressure `name` for the Deployment `name`, with `spec` merged in.
 async fn apply_wbp(client: &kube::Client, ns: &str, name: &str, spec: Value) {
-    let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), ns);
-    api.patch(
-        name,
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&wbp_object(name, spec)),
-    )
-    .await
-    .unwrap();
+    scene::apply_wbp(client, ns, name, targeting(name, spec)).await;
 }
 
 async fn apply_policy(client: &kube::Client, name: &str, spec: Value) {
@@ -147,43 +116,11 @@ async fn delete_wbps(client: &kube::Client, objects: &[(&str, &str)]) {
     }
 }
 
-async fn status(client: &kube::Client, ns: &str, name: &str) -> WorkerBackpressureStatus {
-    let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), ns);
-    api.get_status(name)
-        .await
-        .unwrap()
-        .status
-        .unwrap_or_default()
-}
-
 async fn policy(client: &kube::Client, name: &str) -> BackpressurePolicy {
     Api::<BackpressurePolicy>::all(client.clone())
         .get(name)
         .await
         .unwrap()
-}
-
-fn condition<'a>(conditions: Option<&'a Vec<Condition>>, t: &str) -> Option<&'a Condition> {
-    conditions.into_iter().flatten().find(|c| c.type_ == t)
-}
-
-async fn events(client: &kube::Client, ns: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-}
-
-fn merge(base: &mut Value, patch: Value) {
-    match (base, patch) {
-        (Value::Object(b), Value::Object(p)) => {
-            for (k, v) in p {
-                merge(b.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (b, p) => *b = p,
-    }
 }
 
 fn all_run(pods: &[FakePod], pred: impl Fn(&backpressure_api::wire::WorkerConfig) -> bool) -> bool {
@@ -266,7 +203,7 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
         "w status with policies",
         &diag,
         || async {
-            let s = status(&client, &gold, "w").await;
+            let s = status_of(&client, &gold, "w").await;
             s.policies.is_some().then_some(s)
         },
     )
@@ -281,7 +218,7 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
         clamp.contains("40 lowered to 8") && clamp.contains(&limit),
         "{clamp}"
     );
-    let c = condition(s.conditions.as_ref(), "PolicyLimited").expect("PolicyLimited");
+    let c = condition_in(s.conditions.as_ref(), "PolicyLimited").expect("PolicyLimited");
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("True", "LimitsApplied")
@@ -296,7 +233,7 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
         "PolicyOverride event",
         &diag,
         || async {
-            events(&client, &gold)
+            events_in(&client, &gold)
                 .await
                 .into_iter()
                 .find(|e| e.reason.as_deref() == Some("PolicyOverride"))
@@ -311,17 +248,17 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
         "{note}"
     );
 
-    let s = status(&client, &plain, "v").await;
+    let s = status_of(&client, &plain, "v").await;
     assert_eq!(
         s.policies.as_deref(),
         Some(&[high.clone(), low.clone()][..])
     );
     assert_eq!(s.overrides, None);
     assert_eq!(
-        condition(s.conditions.as_ref(), "PolicyLimited").map(|c| c.status.as_str()),
+        condition_in(s.conditions.as_ref(), "PolicyLimited").map(|c| c.status.as_str()),
         Some("False")
     );
-    assert_eq!(status(&client, &other, "u").await.policies, None);
+    assert_eq!(status_of(&client, &other, "u").await.policies, None);
 
     // Each policy's status counts the objects it applies to.
     for (name, matched) in [(&high, 2), (&low, 2), (&limit, 1)] {
@@ -341,7 +278,7 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
         let st = p.status.unwrap();
         assert_eq!(st.observed_generation, p.metadata.generation);
         assert_eq!(st.brake_active, Some(false));
-        let ready = condition(st.conditions.as_ref(), "Ready").unwrap();
+        let ready = condition_in(st.conditions.as_ref(), "Ready").unwrap();
         assert_eq!(ready.status, "True");
         assert!(
             ready.message.contains(&format!("applies to {matched} ")),
@@ -381,7 +318,7 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
     )
     .await;
     assert_eq!(p.metadata.generation, Some(2));
-    let s = status(&client, &gold, "w").await;
+    let s = status_of(&client, &gold, "w").await;
     assert_eq!(
         s.policies.as_deref(),
         Some(&[low.clone(), high.clone(), limit.clone()][..])
@@ -394,7 +331,7 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
         "built-in defaults again",
         &diag,
         || async {
-            let s = status(&client, &gold, "w").await;
+            let s = status_of(&client, &gold, "w").await;
             (all_run(&w_pods, |c| {
                 c.max_permits == 16 && (c.set_point - 0.05).abs() < 1e-9
             }) && s.overrides.is_none()
@@ -479,7 +416,7 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
         },
     )
     .await;
-    let ready = condition(p.status.as_ref().unwrap().conditions.as_ref(), "Ready").unwrap();
+    let ready = condition_in(p.status.as_ref().unwrap().conditions.as_ref(), "Ready").unwrap();
     assert!(
         ready
             .message
@@ -489,7 +426,7 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
     );
     // The WorkerBackpressure status names the policy.
     assert_eq!(
-        status(&client, &a, "wa").await.policies.as_deref(),
+        status_of(&client, &a, "wa").await.policies.as_deref(),
         Some(&[name.clone()][..])
     );
 
@@ -532,7 +469,7 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
         },
     )
     .await;
-    let ready = condition(p.status.as_ref().unwrap().conditions.as_ref(), "Ready").unwrap();
+    let ready = condition_in(p.status.as_ref().unwrap().conditions.as_ref(), "Ready").unwrap();
     assert!(ready.message.contains("expired at"), "{}", ready.message);
     delete_policies(&client, &[&name]).await;
     drop(op);
@@ -541,32 +478,10 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
 
 /// Renders the chart's admission policies with helm and applies them.
 async fn install_admission(client: &kube::Client) -> Vec<(kube::discovery::ApiResource, String)> {
-    let helm = backpressure_envtest::bin_dir().unwrap().join("helm");
-    let chart = backpressure_envtest::repo_root().join("charts/backpressure-operator");
-    let out = std::process::Command::new(helm)
-        .args(["template", "backpressure-operator"])
-        .arg(&chart)
-        .args([
-            "--namespace",
-            "bp-system",
-            "-s",
-            "templates/validatingadmissionpolicy.yaml",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let objects = render_chart(&["templates/validatingadmissionpolicy.yaml"]);
     let discovery = Discovery::new(client.clone()).run().await.unwrap();
     let mut installed = Vec::new();
-    for doc in String::from_utf8(out.stdout).unwrap().split("\n---") {
-        let v: serde_yaml::Value = serde_yaml::from_str(doc).unwrap_or(serde_yaml::Value::Null);
-        if v.is_null() {
-            continue;
-        }
-        let obj: DynamicObject = serde_yaml::from_value(v).unwrap();
+    for obj in objects {
         let gvk = kube::core::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
         let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
         assert_eq!(caps.scope, Scope::Cluster);
@@ -604,7 +519,8 @@ async fn create_wbp(
     spec: Value,
 ) -> Result<(), String> {
     let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), ns);
-    let obj: WorkerBackpressure = serde_json::from_value(wbp_object(name, spec)).unwrap();
+    let obj: WorkerBackpressure =
+        serde_json::from_value(wbp_object(name, targeting(name, spec))).unwrap();
     match api.create(&PostParams::default(), &obj).await {
         Ok(_) => {
             let _ = api.delete(name, &DeleteParams::default()).await;
@@ -774,14 +690,14 @@ async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy
         "the reconcile-time clamp",
         &diag,
         || async {
-            let s = status(&client, &limited, "y").await;
-            condition(s.conditions.as_ref(), "PolicyLimited")
+            let s = status_of(&client, &limited, "y").await;
+            condition_in(s.conditions.as_ref(), "PolicyLimited")
                 .is_some_and(|c| c.status == "True")
                 .then_some(s)
         },
     )
     .await;
-    let c = condition(s.conditions.as_ref(), "PolicyLimited").unwrap();
+    let c = condition_in(s.conditions.as_ref(), "PolicyLimited").unwrap();
     assert!(
         c.message.contains(&format!(
             "spec.scaling.maxReplicas: 6 lowered to 4 by policy {name}"
@@ -794,7 +710,7 @@ async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy
         "the PolicyOverride event",
         &diag,
         || async {
-            events(&client, &limited).await.into_iter().find(|e| {
+            events_in(&client, &limited).await.into_iter().find(|e| {
                 e.reason.as_deref() == Some("PolicyOverride")
                     && e.note
                         .as_deref()

@@ -7,11 +7,6 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use backpressure_api::wire;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
-use serde_json::json;
-
 /// What the pod does with a push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -77,18 +72,7 @@ pub async fn start(
             }
         }
     });
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "labels": {"app": app},
-            "annotations": {wire::ADMIN_PORT_ANNOTATION: port.to_string()},
-        },
-        "spec": {"containers": [{"name": "worker", "image": "worker:test"}]}
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    super::pods::set_ready(&pods, name, true).await;
+    super::pods::create_ready(client, ns, app, name, port).await;
     BadPod {
         name: name.to_owned(),
         pushes,

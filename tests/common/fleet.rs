@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use backpressure_api::wire::metrics as m;
-use backpressure_envtest::ScrapeTarget;
+use backpressure_envtest::{Prometheus, ScrapeTarget};
 
 /// What the fleet reports right now.
 #[derive(Debug, Clone)]
@@ -55,6 +55,44 @@ impl Default for FleetKnobs {
             frozen_at_ms: None,
         }
     }
+}
+
+/// Queue age at the target (10 s), no backoff: the sizing keeps the current replicas.
+pub fn steady(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.queue_age = 10.0;
+    k.queue_depth = 0.0;
+    k.arrival_rate = 10.0;
+    k.completion_rate = 10.0;
+}
+
+/// Queue age ten times the target, no backoff: scale out.
+pub fn backlog(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.queue_age = 100.0;
+    k.queue_depth = 1000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 20.0;
+}
+
+/// The dependency fails (backoff 0.6, 40 % failures) while the queue grows: hold.
+pub fn failing(k: &mut FleetKnobs) {
+    k.backoff = 0.6;
+    k.failure_rate = 0.4;
+    k.queue_age = 200.0;
+    k.queue_depth = 2000.0;
+    k.arrival_rate = 100.0;
+    k.completion_rate = 10.0;
+}
+
+/// The dependency is back (no backoff, no failures) and the workers catch up; the queue knobs
+/// stay as they were.
+pub fn recovered(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+    k.completion_rate = 40.0;
 }
 
 #[derive(Debug)]
@@ -120,6 +158,13 @@ impl FakeFleet {
         let mut s = self.state.lock().unwrap();
         advance(&mut s);
         f(&mut s.knobs);
+    }
+
+    /// Starts a real Prometheus that scrapes this fleet.
+    pub fn prometheus(&self) -> Prometheus {
+        let prom = Prometheus::start().unwrap();
+        prom.set_targets(&[self.target()]).unwrap();
+        prom
     }
 
     /// The Prometheus target for this fleet.

@@ -27,39 +27,15 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
             serde_json::from_value(serde_json::json!({"metadata": {"name": OPERATOR_NAMESPACE}}))
                 .unwrap();
         let _ = ns_api.create(&PostParams::default(), &ns).await;
-        let helm = backpressure_envtest::bin_dir().unwrap().join("helm");
-        let chart = backpressure_envtest::repo_root().join("charts/backpressure-operator");
-        let out = std::process::Command::new(helm)
-            .args(["template", "backpressure-operator"])
-            .arg(&chart)
-            .args(["--namespace", OPERATOR_NAMESPACE])
-            .args([
-                "-s",
-                "templates/serviceaccount.yaml",
-                "-s",
-                "templates/clusterrole.yaml",
-            ])
-            .args([
-                "-s",
-                "templates/clusterrolebinding.yaml",
-                "-s",
-                "templates/role.yaml",
-            ])
-            .args(["-s", "templates/rolebinding.yaml"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "helm template: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let objects = render_chart(&[
+            "templates/serviceaccount.yaml",
+            "templates/clusterrole.yaml",
+            "templates/clusterrolebinding.yaml",
+            "templates/role.yaml",
+            "templates/rolebinding.yaml",
+        ]);
         let discovery = Discovery::new(client.clone()).run().await.unwrap();
-        for doc in String::from_utf8(out.stdout).unwrap().split("\n---") {
-            let v: serde_yaml::Value = serde_yaml::from_str(doc).unwrap_or(serde_yaml::Value::Null);
-            if v.is_null() {
-                continue;
-            }
-            let obj: DynamicObject = serde_yaml::from_value(v).unwrap();
+        for obj in objects {
             let types = obj.types.clone().unwrap();
             let gvk = kube::core::GroupVersionKind::try_from(&types).unwrap();
             let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
@@ -95,6 +71,34 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
     })
     .await
     .clone()
+}
+
+/// Renders `templates` of the chart with helm (release `backpressure-operator` in
+/// [`OPERATOR_NAMESPACE`]) and returns the objects.
+pub fn render_chart(templates: &[&str]) -> Vec<DynamicObject> {
+    let helm = backpressure_envtest::bin_dir().unwrap().join("helm");
+    let chart = backpressure_envtest::repo_root().join("charts/backpressure-operator");
+    let mut cmd = std::process::Command::new(helm);
+    cmd.args(["template", "backpressure-operator"])
+        .arg(&chart)
+        .args(["--namespace", OPERATOR_NAMESPACE]);
+    for t in templates {
+        cmd.args(["-s", t]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split("\n---")
+        .filter_map(|doc| {
+            let v: serde_yaml::Value = serde_yaml::from_str(doc).unwrap_or(serde_yaml::Value::Null);
+            (!v.is_null()).then(|| serde_yaml::from_value(v).unwrap())
+        })
+        .collect()
 }
 
 /// A running operator process.

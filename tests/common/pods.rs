@@ -97,6 +97,27 @@ pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> 
     }));
 
     let name = format!("{app}-{index}");
+    create_ready(&client, ns, app, &name, port).await;
+    FakePod {
+        name,
+        state,
+        port,
+        stop: Some(tx),
+    }
+}
+
+/// Starts `count` fake pods of `app` in `ns` (named `<app>-<i>`), one after the other.
+pub async fn start_many(env: &'static TestEnv, ns: &str, app: &str, count: usize) -> Vec<FakePod> {
+    let mut out = Vec::new();
+    for i in 0..count {
+        out.push(start(env, ns, app, i).await);
+    }
+    out
+}
+
+/// Creates a Ready Pod `name` of `app` in `ns` (podIP 127.0.0.1) whose admin port annotation
+/// says `port`.
+pub async fn create_ready(client: &kube::Client, ns: &str, app: &str, name: &str, port: u16) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {
@@ -108,13 +129,7 @@ pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> 
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    set_ready(&pods, &name, true).await;
-    FakePod {
-        name,
-        state,
-        port,
-        stop: Some(tx),
-    }
+    set_ready(&pods, name, true).await;
 }
 
 /// Sets the pod's Ready condition (and podIP 127.0.0.1).

@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::WorkerBackpressureStatus;
-use backpressure_envtest::TestEnv;
+use backpressure_envtest::{Prometheus, TestEnv};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use super::fleet::FakeFleet;
 use super::operator::{OPERATOR_NAMESPACE, OPERATOR_SA};
+use super::pods::FakePod;
 
 /// The operator's user name in the audit log.
 pub fn operator_user() -> String {
@@ -81,38 +83,40 @@ impl Scene {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    /// Server-side applies WorkerBackpressure `name` with `spec`.
+    /// Deployment `w` with `replicas`, `pod_count` fake pods of it, and their fake fleet scraped
+    /// by its own Prometheus, started in that order.
+    pub async fn workload(&self, replicas: i32, pod_count: usize) -> Workload {
+        self.deployment("w", replicas).await;
+        let pods = self.fake_pods("w", pod_count).await;
+        let fleet = FakeFleet::start(&self.ns, "w", pod_count);
+        let prom = fleet.prometheus();
+        Workload { pods, fleet, prom }
+    }
+
+    /// Starts `count` fake pods of `app` (named `<app>-<i>`), one after the other.
+    pub async fn fake_pods(&self, app: &str, count: usize) -> Vec<FakePod> {
+        super::pods::start_many(self.env, &self.ns, app, count).await
+    }
+
+    /// Server-side applies WorkerBackpressure `name` with `spec` (field manager `test`, forced).
     pub async fn apply(&self, name: &str, spec: Value) {
-        let obj = json!({
-            "apiVersion": "backpressure.dev/v1alpha1",
-            "kind": "WorkerBackpressure",
-            "metadata": {"name": name},
-            "spec": spec,
-        });
-        self.wbps()
-            .patch(
-                name,
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+        apply_wbp(&self.client, &self.ns, name, spec).await;
+    }
+
+    /// Server-side applies WorkerBackpressure `name` for Deployment `w` (workload `w`) with the
+    /// test [`spec`] reading `prometheus`, patched by `patch`.
+    pub async fn apply_w(&self, name: &str, prometheus: &str, patch: Value) {
+        self.apply(name, spec("w", "w", prometheus, patch)).await;
     }
 
     /// The status of WorkerBackpressure `name` (default when not yet written).
     pub async fn status(&self, name: &str) -> WorkerBackpressureStatus {
-        self.wbps()
-            .get_status(name)
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default()
+        status_of(&self.client, &self.ns, name).await
     }
 
     /// Events in the namespace.
     pub async fn events(&self) -> Vec<Event> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        api.list(&ListParams::default()).await.unwrap().items
+        events_in(&self.client, &self.ns).await
     }
 
     /// Events about WorkerBackpressure `name` with `reason`.
@@ -152,6 +156,58 @@ impl Scene {
     }
 }
 
+/// Deployment `w` of a [`Scene`]: its fake pods, and its fake fleet scraped by a real Prometheus.
+pub struct Workload {
+    /// The fake pods.
+    pub pods: Vec<FakePod>,
+    /// The fleet's metrics.
+    pub fleet: FakeFleet,
+    /// The Prometheus scraping the fleet.
+    pub prom: Prometheus,
+}
+
+/// A WorkerBackpressure object `name` with `spec`, as a server-side apply body.
+pub fn wbp_object(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "backpressure.dev/v1alpha1",
+        "kind": "WorkerBackpressure",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// Server-side applies WorkerBackpressure `name` in `ns` with `spec` (field manager `test`,
+/// forced).
+pub async fn apply_wbp(client: &kube::Client, ns: &str, name: &str, spec: Value) {
+    Api::<WorkerBackpressure>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&wbp_object(name, spec)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+}
+
+/// The status of WorkerBackpressure `name` in `ns` (default when not yet written).
+pub async fn status_of(client: &kube::Client, ns: &str, name: &str) -> WorkerBackpressureStatus {
+    Api::<WorkerBackpressure>::namespaced(client.clone(), ns)
+        .get_status(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+}
+
+/// Events in namespace `ns`.
+pub async fn events_in(client: &kube::Client, ns: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
 /// A WorkerBackpressure spec for Deployment `target` reading workload `workload` from
 /// `prometheus`, with the fast time constants of the integration tests, patched by `patch`.
 pub fn spec(target: &str, workload: &str, prometheus: &str, patch: Value) -> Value {
@@ -178,6 +234,15 @@ pub fn spec(target: &str, workload: &str, prometheus: &str, patch: Value) -> Val
     spec
 }
 
+/// A spec patch with minReplicas 0 and an immediate scale-down: a missing metric misread as
+/// zero (age 0) would take the fleet to zero within seconds.
+pub fn zero_trap() -> Value {
+    json!({"scaling": {
+        "minReplicas": 0,
+        "scaleDown": {"maxPercent": 100, "period": "1s", "stabilization": "0s"},
+    }})
+}
+
 /// Deep-merges `patch` into `base` (objects merge, anything else replaces).
 pub fn merge(base: &mut Value, patch: Value) {
     match (base, patch) {
@@ -192,7 +257,12 @@ pub fn merge(base: &mut Value, patch: Value) {
 
 /// Condition `t` of a status.
 pub fn condition<'a>(s: &'a WorkerBackpressureStatus, t: &str) -> Option<&'a Condition> {
-    s.conditions.iter().flatten().find(|c| c.type_ == t)
+    condition_in(s.conditions.as_ref(), t)
+}
+
+/// Condition `t` among `conditions` (of any object's status).
+pub fn condition_in<'a>(conditions: Option<&'a Vec<Condition>>, t: &str) -> Option<&'a Condition> {
+    conditions.into_iter().flatten().find(|c| c.type_ == t)
 }
 
 /// Whether condition `t` has `status` (`"True"`, `"False"`).
@@ -201,9 +271,27 @@ pub fn has_condition(s: &WorkerBackpressureStatus, t: &str, status: &str) -> boo
 }
 
 /// Polls `f` every 250 ms until it returns `Some`, or panics with `what` and `diag()`.
-pub async fn wait_for<T, D, DFut, F, Fut>(timeout: Duration, what: &str, diag: D, mut f: F) -> T
+pub async fn wait_for<T, D, DFut, F, Fut>(timeout: Duration, what: &str, diag: D, f: F) -> T
 where
-    D: Fn() -> DFut,
+    D: FnOnce() -> DFut,
+    DFut: Future<Output = String>,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_for_every(Duration::from_millis(250), timeout, what, diag, f).await
+}
+
+/// Polls `f` every `every` until it returns `Some`, or panics with `what` and `diag()` after
+/// `timeout`.
+pub async fn wait_for_every<T, D, DFut, F, Fut>(
+    every: Duration,
+    timeout: Duration,
+    what: &str,
+    diag: D,
+    mut f: F,
+) -> T
+where
+    D: FnOnce() -> DFut,
     DFut: Future<Output = String>,
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -219,7 +307,7 @@ where
                 diag().await
             );
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
