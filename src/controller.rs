@@ -12,12 +12,12 @@ use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{Config as WatcherConfig, watcher};
 use tokio::sync::watch;
 
-use crate::act::configmap::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::act::configmap::{self, MANAGED_BY, MANAGED_BY_LABEL};
+use crate::act::events::Recorder;
 use crate::act::push::{Identity, Pusher, TokenSource};
 use crate::admin::Health;
 use crate::metrics::{FleetGauges, Metrics};
@@ -167,7 +167,8 @@ pub async fn run(
             WatcherConfig::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
         )
         .default_backoff()
-        .modify(|c: &mut ConfigMap| c.metadata.managed_fields = None),
+        // Only what `configmap::up_to_date` compares: the data becomes a digest.
+        .modify(configmap::for_cache),
     );
     let (policies, policy_writer) = reflector::store();
     let policy_stream = reflector::reflector(
@@ -209,10 +210,8 @@ pub async fn run(
         tokens: TokenSource::new(identity),
         recorder: Recorder::new(
             client.clone(),
-            Reporter {
-                controller: crate::FIELD_MANAGER.into(),
-                instance: Some(reporter_instance),
-            },
+            crate::FIELD_MANAGER.into(),
+            reporter_instance,
         ),
         kinds: KindCache::default(),
         client: client.clone(),

@@ -47,10 +47,64 @@ pub fn desired(
     })
 }
 
-/// Whether `existing` already carries what `desired` says (so applying would change nothing).
+/// Annotation that exists only in the operator's cache of its ConfigMaps, never in the API: a
+/// digest of the data, which the cache does not keep ([`for_cache`]).
+pub const CACHED_DATA_DIGEST: &str = "backpressure.dev/cached-data-digest";
+
+/// What the operator caches of one of its ConfigMaps: the labels and owner references that
+/// [`up_to_date`] compares, and a digest of `data` and `binaryData` in place of them (the
+/// rendered configuration is most of a ConfigMap's bytes; at 10,000 objects the cache is
+/// resident, docs/scale.md).
+pub fn for_cache(cm: &mut ConfigMap) {
+    let digest = data_digest(cm);
+    cm.data = None;
+    cm.binary_data = None;
+    cm.metadata.managed_fields = None;
+    cm.metadata.annotations = Some(BTreeMap::from([(CACHED_DATA_DIGEST.to_owned(), digest)]));
+}
+
+/// SHA-256 of `data` and `binaryData` (each key and value length-prefixed, in key order).
+fn data_digest(cm: &ConfigMap) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    for (k, v) in cm.data.iter().flatten() {
+        field(b"d");
+        field(k.as_bytes());
+        field(v.as_bytes());
+    }
+    for (k, v) in cm.binary_data.iter().flatten() {
+        field(b"b");
+        field(k.as_bytes());
+        field(&v.0);
+    }
+    h.finalize()
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            use std::fmt::Write as _;
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// Whether `existing` (a cached ConfigMap, [`for_cache`], or a whole one) already carries what
+/// `desired` says (so applying would change nothing): the same data, owner references and
+/// labels.
 pub fn up_to_date(existing: Option<&ConfigMap>, desired: &ConfigMap) -> bool {
     existing.is_some_and(|e| {
-        e.data == desired.data
+        let existing_digest = match e
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CACHED_DATA_DIGEST))
+        {
+            Some(d) if e.data.is_none() && e.binary_data.is_none() => d.clone(),
+            _ => data_digest(e),
+        };
+        existing_digest == data_digest(desired)
             && e.metadata.owner_references == desired.metadata.owner_references
             && desired
                 .metadata
@@ -76,4 +130,84 @@ pub async fn apply(client: &kube::Client, cm: &ConfigMap) -> Result<(), kube::Er
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn wbp() -> WorkerBackpressure {
+        let mut w = WorkerBackpressure::new("w", Default::default());
+        w.metadata.namespace = Some("ns".into());
+        w.metadata.uid = Some("u1".into());
+        w
+    }
+
+    fn config(queue: &str) -> WorkerConfig {
+        WorkerConfig {
+            hash: queue.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    fn cached(cm: &ConfigMap) -> ConfigMap {
+        let mut c = cm.clone();
+        for_cache(&mut c);
+        c
+    }
+
+    #[test]
+    fn cached_form_keeps_a_digest_instead_of_the_data() {
+        let desired = desired(&wbp(), &config("a")).unwrap();
+        let c = cached(&desired);
+        assert_eq!(c.data, None);
+        assert_eq!(c.metadata.managed_fields, None);
+        assert_eq!(c.metadata.labels, desired.metadata.labels);
+        assert_eq!(
+            c.metadata.annotations.as_ref().map(|a| a.len()),
+            Some(1),
+            "only the digest annotation is cached"
+        );
+        assert!(up_to_date(Some(&c), &desired));
+        assert!(
+            up_to_date(Some(&desired), &desired),
+            "a whole ConfigMap compares too"
+        );
+        assert!(!up_to_date(None, &desired));
+    }
+
+    #[test]
+    fn any_difference_in_data_labels_or_owner_is_out_of_date() {
+        let want = desired(&wbp(), &config("a")).unwrap();
+        let other = desired(&wbp(), &config("b")).unwrap();
+        assert!(!up_to_date(Some(&cached(&other)), &want));
+
+        let mut edited = want.clone();
+        if let Some(d) = edited.data.as_mut() {
+            d.insert("extra".into(), String::new());
+        }
+        assert!(!up_to_date(Some(&cached(&edited)), &want));
+
+        let mut binary = want.clone();
+        binary.binary_data = Some(BTreeMap::from([("k".into(), ByteString(vec![1]))]));
+        assert!(!up_to_date(Some(&cached(&binary)), &want));
+
+        let mut relabelled = want.clone();
+        if let Some(l) = relabelled.metadata.labels.as_mut() {
+            l.insert(MANAGED_BY_LABEL.into(), "someone-else".into());
+        }
+        assert!(!up_to_date(Some(&cached(&relabelled)), &want));
+
+        let mut orphan = want.clone();
+        orphan.metadata.owner_references = None;
+        assert!(!up_to_date(Some(&cached(&orphan)), &want));
+
+        // Keys and values are delimited: moving bytes between them is a change.
+        let mut a = want.clone();
+        a.data = Some(BTreeMap::from([("ab".into(), "c".into())]));
+        let mut b = want.clone();
+        b.data = Some(BTreeMap::from([("a".into(), "bc".into())]));
+        assert!(!up_to_date(Some(&cached(&a)), &b));
+    }
 }

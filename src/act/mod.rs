@@ -2,10 +2,11 @@
 //! guarded HPA or ScaledObject in Guard mode, and events. Nothing is written when nothing changed.
 
 pub mod configmap;
+pub mod events;
 pub mod guard;
 pub mod push;
 
-use kube::runtime::events::{Event, EventType, Recorder};
+use events::{EventSpec, Recorder};
 
 /// One event to publish about a WorkerBackpressure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,16 +39,12 @@ pub async fn publish(
     notes: &[Note],
 ) {
     for n in notes {
-        let ev = Event {
-            type_: if n.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: n.reason.clone(),
-            note: Some(n.message.chars().take(1024).collect()),
-            action: n.action.clone(),
-            secondary: None,
+        let note: String = n.message.chars().take(1024).collect();
+        let ev = EventSpec {
+            warning: n.warning,
+            reason: &n.reason,
+            action: &n.action,
+            note: Some(&note),
         };
         if let Err(e) = recorder.publish(&ev, reference).await {
             tracing::warn!(error = %e, reason = %n.reason, "could not publish event");
