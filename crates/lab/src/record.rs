@@ -35,6 +35,18 @@ pub struct Sample {
     pub dep_served: f64,
     /// Its scheduled capacity.
     pub dep_capacity: f64,
+    /// The operator's config sync (operator run): ready pods that confirmed the config, of all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigSync>,
+}
+
+/// Ready worker pods running the operator's config, from the WorkerBackpressure's status.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ConfigSync {
+    /// Pods that confirmed the current config (their push was authenticated by TokenReview).
+    pub in_sync: i32,
+    /// Ready pods.
+    pub total: i32,
 }
 
 /// One run (operator or comparison).
@@ -239,6 +251,9 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
             None => need(&name, &mut out),
         }
     }
+    if let Some(op) = op {
+        out.push(config_check(op));
+    }
     if scenario.expect.fewer_dead_letters {
         let name = "operator dead-letters fewer messages than the queue-age scaler".to_owned();
         match (op.and_then(RunRecord::last), cmp.and_then(RunRecord::last)) {
@@ -303,6 +318,36 @@ pub fn to_csv(run: &RunRecord) -> String {
         ));
     }
     s
+}
+
+/// The operator's pushes reach the workers: in at least half of the samples that report
+/// ready pods, every one of them runs the current config (pods that just started or a config
+/// that just changed are briefly out of sync), and at the end some do. A worker accepts a push
+/// only after a TokenReview of the operator's token, so this also proves that path.
+fn config_check(op: &RunRecord) -> Check {
+    let reported: Vec<ConfigSync> = op
+        .samples
+        .iter()
+        .filter_map(|s| s.config)
+        .filter(|c| c.total > 0)
+        .collect();
+    let full = reported.iter().filter(|c| c.in_sync == c.total).count();
+    let last = reported.last().copied();
+    Check {
+        name: "operator: its config reaches the ready workers (authenticated push)".into(),
+        passed: !reported.is_empty()
+            && full * 2 >= reported.len()
+            && last.is_some_and(|c| c.in_sync > 0),
+        detail: match last {
+            Some(c) => format!(
+                "every ready pod in sync in {full} of {} samples; at the end {} of {}",
+                reported.len(),
+                c.in_sync,
+                c.total
+            ),
+            None => "the status never reported ready pods".into(),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -370,6 +415,26 @@ mod tests {
                 .unwrap()
                 .passed
         );
+    }
+
+    #[test]
+    fn config_check_needs_pods_mostly_in_sync_and_some_at_the_end() {
+        let with = |syncs: &[(i32, i32)]| {
+            let mut r = run(OPERATOR, &vec![2; syncs.len()]);
+            for (s, (in_sync, total)) in r.samples.iter_mut().zip(syncs) {
+                s.config = Some(ConfigSync {
+                    in_sync: *in_sync,
+                    total: *total,
+                });
+            }
+            config_check(&r)
+        };
+        assert!(with(&[(0, 2), (2, 2), (2, 2), (2, 3), (3, 3)]).passed);
+        // Rejected pushes (a broken TokenReview) leave every pod out of sync.
+        assert!(!with(&[(0, 2), (0, 2), (0, 3), (0, 3)]).passed);
+        assert!(!with(&[(2, 2), (0, 2), (0, 2), (0, 3), (0, 3)]).passed);
+        assert!(!with(&[]).passed);
+        assert!(!config_check(&run(OPERATOR, &[2, 2])).passed);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::hpa::HpaLike;
 use crate::kubelet::{Kubelet, Launch, Launcher};
 use crate::prom::{self, ApiAccess, LabPrometheus};
 use crate::queue::{Queue, RedisServer};
-use crate::record::{self, Check, HPA_LIKE, OPERATOR, Recording, RunRecord, Sample};
+use crate::record::{self, Check, ConfigSync, HPA_LIKE, OPERATOR, Recording, RunRecord, Sample};
 use crate::scenario::Scenario;
 use crate::serve::{Exposition, response, serve};
 
@@ -660,17 +660,26 @@ async fn sample(
             r.record.last().map(|s| s.ready).unwrap_or(0),
         ),
     };
-    let regime = if r.label == OPERATOR {
+    let (regime, config) = if r.label == OPERATOR {
         let wbps: Api<WorkerBackpressure> = Api::namespaced(client.clone(), r.namespace);
-        wbps.get_opt(workload)
+        let status = wbps
+            .get_opt(workload)
             .await
             .ok()
             .flatten()
-            .and_then(|w| w.status.and_then(|s| s.regime))
+            .and_then(|w| w.status);
+        let regime = status
+            .as_ref()
+            .and_then(|s| s.regime)
             .map(|g| g.as_str().to_owned())
-            .unwrap_or_else(|| "-".into())
+            .unwrap_or_else(|| "-".into());
+        let config = status.and_then(|s| s.config).map(|c| ConfigSync {
+            in_sync: c.pods_in_sync,
+            total: c.pods_total,
+        });
+        (regime, config)
     } else {
-        "queue-age".into()
+        ("queue-age".into(), None)
     };
     let stats = r.queue.stats().await.unwrap_or_default();
     let requests = r.dependency.counters().requests();
@@ -694,6 +703,7 @@ async fn sample(
         dep_load: load,
         dep_served: served_rate,
         dep_capacity: r.dependency.capacity_now(),
+        config,
     }
 }
 
