@@ -22,7 +22,7 @@ use crate::act::push::{Identity, Pusher, TokenSource};
 use crate::admin::Health;
 use crate::metrics::{FleetGauges, Metrics};
 use crate::observe::owners::OwnersIndex;
-use crate::observe::prometheus::MetricsHub;
+use crate::observe::prometheus::{Changed, MetricsHub};
 use crate::observe::target::KindCache;
 use crate::reconcile::{self, ReconcileError};
 
@@ -82,6 +82,51 @@ impl std::fmt::Debug for Context {
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
+}
+
+/// The objects to reconcile when the hub announces changed workloads: those in the workload's
+/// namespace whose `metrics.workload` (or, unset, target name) is the workload's. Policies do
+/// not set the workload, so the spec alone decides; an object matched wrongly is reconciled
+/// once more and writes nothing, one missed is reconciled at its requeue.
+fn metric_triggers(
+    changes: tokio::sync::broadcast::Receiver<Changed>,
+    store: Store<WorkerBackpressure>,
+) -> impl futures::Stream<Item = ObjectRef<WorkerBackpressure>> + Send + 'static {
+    use tokio::sync::broadcast::error::RecvError;
+    futures::stream::unfold(changes, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(changed) => return Some((changed, rx)),
+                // Missed announcements: those objects wait for their requeue.
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    })
+    .flat_map(move |changed| {
+        let wanted: std::collections::HashSet<(&str, &str)> = changed
+            .iter()
+            .map(|(ns, wl)| (ns.as_str(), wl.as_str()))
+            .collect();
+        let refs: Vec<ObjectRef<WorkerBackpressure>> = store
+            .state()
+            .iter()
+            .filter(|w| {
+                let workload = w
+                    .spec
+                    .metrics
+                    .as_ref()
+                    .and_then(|m| m.workload.as_deref())
+                    .unwrap_or(&w.spec.target_ref.name);
+                w.metadata
+                    .namespace
+                    .as_deref()
+                    .is_some_and(|ns| wanted.contains(&(ns, workload)))
+            })
+            .map(|w| ObjectRef::from_obj(&**w))
+            .collect();
+        futures::stream::iter(refs)
+    })
 }
 
 /// What [`run`] needs besides the client.
@@ -203,9 +248,12 @@ pub async fn run(
                 .debounce(Duration::from_millis(200)),
         )
         .trigger_backoff(WatchBackoff::default());
+    let hub = MetricsHub::new(metrics.clone()).map_err(RunError::Http)?;
+    // Objects whose metrics changed are reconciled at once, not at their next requeue.
+    let metric_changes = metric_triggers(hub.subscribe(), store.clone());
     let ctx = Arc::new(Context {
         failures: std::sync::Mutex::new(std::collections::HashMap::new()),
-        hub: MetricsHub::new(metrics.clone()).map_err(RunError::Http)?,
+        hub,
         pusher: Pusher::new().map_err(RunError::Http)?,
         tokens: TokenSource::new(identity),
         recorder: Recorder::new(
@@ -365,6 +413,7 @@ pub async fn run(
             target_mapper::<StatefulSet>("StatefulSet", store.clone()),
         )
         .reconcile_all_on(policy_changes)
+        .reconcile_on(metric_changes)
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, error_policy, ctx.clone())
         .for_each(|r| async move {

@@ -169,8 +169,9 @@ pub async fn observe_step(ctx: &Context, ns: &str, eff: &Effective, now: Timesta
             .as_deref()
             .ok_or(MetricsError::NoAddress)?;
         let auth = observe::prometheus_auth(&ctx.client, ns, &eff.metrics).await?;
-        // One fetch per query per interval, however many objects read it (the batch).
-        let max_age = ctx.settings.requeue_interval.mul_f64(0.9);
+        // One fetch per query per interval, however many objects read it (the batch); the
+        // objects whose values a fetch changes are reconciled at once (the hub's announcements).
+        let max_age = ctx.settings.requeue_interval;
         let now_unix = now.as_millisecond() as f64 / 1000.0;
         observe::read_fleet(
             &ctx.hub,

@@ -5,13 +5,28 @@
 //! query, the others wait for it and reuse the result. So the number of queries per interval
 //! is the number of distinct (Prometheus, query) pairs — the six metric kinds when every object
 //! uses the defaults — independent of the number of objects.
+//!
+//! A cached answer may be up to an interval old, and an object waits up to an interval for its
+//! next reconcile: together almost two. So each fresh answer is compared with the one it
+//! replaces, and the workloads whose value changed are announced ([`MetricsHub::subscribe`]);
+//! the controller reconciles their objects at once. A change then reaches the decision within
+//! one scrape plus one interval, while the queries stay at one per metric kind per interval.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::broadcast;
+
 use crate::metrics::Metrics;
 use crate::observe::promql::{BatchResult, MetricKind, fold_series};
+
+/// `(namespace, workload)` pairs whose value changed in a fresh answer.
+pub type Changed = Arc<Vec<(String, String)>>;
+
+/// Announcements kept for a slow subscriber; one that falls further behind misses some, and
+/// its objects are reconciled at their regular requeue instead.
+const CHANGES_BUFFER: usize = 256;
 
 /// Credentials for a Prometheus, read from the object's `secretRef`.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
@@ -82,6 +97,7 @@ pub struct MetricsHub {
     http: reqwest::Client,
     slots: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Slot>>>>,
     metrics: Arc<Metrics>,
+    changes: broadcast::Sender<Changed>,
 }
 
 impl MetricsHub {
@@ -95,7 +111,15 @@ impl MetricsHub {
             http,
             slots: Mutex::new(HashMap::new()),
             metrics,
+            changes: broadcast::channel(CHANGES_BUFFER).0,
         })
+    }
+
+    /// The workloads whose value changed, one announcement per fresh answer that differs from
+    /// the one before it (the first answer of a query is not announced: every object is being
+    /// reconciled then anyway).
+    pub fn subscribe(&self) -> broadcast::Receiver<Changed> {
+        self.changes.subscribe()
     }
 
     /// The result of `query` on `address`, at most `max_age` old. `timeout` bounds the query.
@@ -133,6 +157,13 @@ impl MetricsHub {
             .map(Arc::new);
         self.metrics
             .observe_query(kind, started.elapsed(), result.is_ok());
+        if let Some((_, previous)) = &slot.fetched {
+            let changed = changed_workloads(previous, &result);
+            if !changed.is_empty() {
+                // No subscriber (tests, the benchmark's tools) is not an error.
+                let _ = self.changes.send(Arc::new(changed));
+            }
+        }
         slot.fetched = Some((Instant::now(), result.clone()));
         result
     }
@@ -188,5 +219,90 @@ impl MetricsHub {
                 "the query must return an instant vector grouped by namespace and workload".into(),
             )),
         }
+    }
+}
+
+/// The workloads whose answer differs between `previous` and `next`: a value that changed,
+/// appeared or went away (NaN equals NaN; the sample timestamps, which move with every scrape,
+/// do not count). A query that starts or stops failing changes every workload it answered for.
+pub fn changed_workloads(
+    previous: &Result<Arc<BatchResult>, QueryError>,
+    next: &Result<Arc<BatchResult>, QueryError>,
+) -> Vec<(String, String)> {
+    let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+    let mut out: Vec<(String, String)> = match (previous, next) {
+        (Err(_), Err(_)) => Vec::new(),
+        (Ok(old), Err(_)) => old.keys().cloned().collect(),
+        (Err(_), Ok(new)) => new.keys().cloned().collect(),
+        (Ok(old), Ok(new)) => new
+            .iter()
+            .filter(|(k, n)| old.get(*k).is_none_or(|o| !same(o.value, n.value)))
+            .map(|(k, _)| k.clone())
+            .chain(old.keys().filter(|k| !new.contains_key(*k)).cloned())
+            .collect(),
+    };
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::promql::Sample;
+
+    fn batch(entries: &[(&str, f64, f64)]) -> Result<Arc<BatchResult>, QueryError> {
+        Ok(Arc::new(
+            entries
+                .iter()
+                .map(|(wl, value, at)| {
+                    (
+                        ("ns".to_owned(), (*wl).to_owned()),
+                        Sample {
+                            value: *value,
+                            sampled_at: Some(*at),
+                        },
+                    )
+                })
+                .collect(),
+        ))
+    }
+
+    fn failed() -> Result<Arc<BatchResult>, QueryError> {
+        Err(QueryError::Query {
+            kind: "backoff",
+            address: "http://p".into(),
+            reason: "timed out".into(),
+        })
+    }
+
+    fn names(v: Vec<(String, String)>) -> Vec<String> {
+        v.into_iter().map(|(_, w)| w).collect()
+    }
+
+    #[test]
+    fn only_values_that_moved_appeared_or_vanished_are_changes() {
+        let old = batch(&[
+            ("a", 0.0, 1.0),
+            ("b", 0.5, 1.0),
+            ("c", f64::NAN, 1.0),
+            ("d", 1.0, 1.0),
+        ]);
+        // a: same value, newer sample; b: moved; c: still NaN; d: gone; e: new.
+        let new = batch(&[
+            ("a", 0.0, 6.0),
+            ("b", 0.6, 6.0),
+            ("c", f64::NAN, 6.0),
+            ("e", 2.0, 6.0),
+        ]);
+        assert_eq!(names(changed_workloads(&old, &new)), ["b", "d", "e"]);
+        assert!(changed_workloads(&new, &new).is_empty());
+    }
+
+    #[test]
+    fn a_query_that_starts_or_stops_failing_changes_all_it_answered() {
+        let ok = batch(&[("a", 0.0, 1.0), ("b", 0.5, 1.0)]);
+        assert_eq!(names(changed_workloads(&ok, &failed())), ["a", "b"]);
+        assert_eq!(names(changed_workloads(&failed(), &ok)), ["a", "b"]);
+        assert!(changed_workloads(&failed(), &failed()).is_empty());
     }
 }
