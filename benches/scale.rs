@@ -12,7 +12,8 @@
 //!   CPU and resident memory (`/proc/<pid>`), Prometheus queries (Prometheus' own
 //!   `prometheus_http_requests_total{handler="/api/v1/query"}`) and API writes by the operator
 //!   (audit log) while nothing changes;
-//! - the decision latency: the queue age of a sample of workloads is raised at the exporter,
+//! - the decision latency: the queue age of a sample of workloads is raised at the exporter
+//!   (in steps spread over one interval),
 //!   and the time to the operator's first `/scale` write to each (audit log timestamps) gives
 //!   p50 / p90 / p99 / max.
 //!
@@ -87,6 +88,8 @@ struct Args {
 /// Target queue age of every object; the exporter reports exactly this in steady state, so
 /// the sizing keeps the current replicas.
 const TARGET_AGE: f64 = 60.0;
+/// The latency sample changes in this many steps spread over one interval.
+const LATENCY_GROUPS: usize = 10;
 const INITIAL_REPLICAS: i32 = 2;
 
 // ---------------------------------------------------------------------------------------------
@@ -748,13 +751,36 @@ async fn run(args: &Args) -> String {
         .collect();
     let sample_set: HashSet<(String, String)> = sample.iter().cloned().collect();
     let _ = audit.new_writes();
-    let changed_at = unix_now();
-    exposition.set_age(&sample_set, TARGET_AGE * 10.0);
+    // The changes are spread over one interval in LATENCY_GROUPS steps, so that the latency
+    // samples the phase of the operator's fetch cycle rather than measuring one phase.
+    let groups: Vec<HashSet<(String, String)>> = (0..LATENCY_GROUPS)
+        .map(|g| {
+            sample
+                .iter()
+                .skip(g)
+                .step_by(LATENCY_GROUPS)
+                .cloned()
+                .collect()
+        })
+        .collect();
+    let mut changed_at: HashMap<(String, String), f64> = HashMap::new();
     let mut first_write: HashMap<(String, String), f64> = HashMap::new();
     let mut other_writes = 0usize;
-    let latency_deadline = Instant::now() + interval * 4;
+    let gap = interval / LATENCY_GROUPS as u32;
+    let mut next_group = 0usize;
+    let mut next_change = Instant::now();
+    let latency_deadline = Instant::now() + interval * 5;
     while first_write.len() < sample.len() && Instant::now() < latency_deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        if next_group < groups.len() && Instant::now() >= next_change {
+            let at = unix_now();
+            exposition.set_age(&groups[next_group], TARGET_AGE * 10.0);
+            for k in &groups[next_group] {
+                changed_at.insert(k.clone(), at);
+            }
+            next_group += 1;
+            next_change += gap;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
         for w in audit.new_writes() {
             let key = (w.namespace.clone(), w.name.clone());
             if w.resource == "deployments" && w.subresource == "scale" {
@@ -766,7 +792,10 @@ async fn run(args: &Args) -> String {
             }
         }
     }
-    let mut latencies: Vec<f64> = first_write.values().map(|t| t - changed_at).collect();
+    let mut latencies: Vec<f64> = first_write
+        .iter()
+        .filter_map(|(k, t)| Some(t - changed_at.get(k)?))
+        .collect();
     latencies.sort_by(|a, b| a.total_cmp(b));
     let missing = sample.len() - latencies.len();
     // The sample really was scaled (not just written to): check a few Deployments.
@@ -954,9 +983,10 @@ async fn run(args: &Args) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "Decision latency: queue age of {} workloads raised from {TARGET_AGE:.0}s to {:.0}s at the exporter; time to the operator's first `/scale` write to each (audit log):",
+        "Decision latency: queue age of {} workloads raised from {TARGET_AGE:.0}s to {:.0}s at the exporter, in {LATENCY_GROUPS} steps spread over one interval ({:.1} s apart); time from each change to the operator's first `/scale` write to that workload (audit log):",
         sample.len(),
-        TARGET_AGE * 10.0
+        TARGET_AGE * 10.0,
+        gap.as_secs_f64()
     );
     let _ = writeln!(out);
     let _ = writeln!(
