@@ -9,6 +9,10 @@ export BP_CACHE ?= $(HOME)/.cache/backpressure-operator
 K8S_BIN = $(shell tools/k8s/build.sh 2>/dev/null | tail -n1)
 APT_PACKAGES := prometheus redis-server lua5.1
 CHART := charts/backpressure-operator
+# The lab and the operator are built in one cargo invocation (the whole workspace for the e2e
+# tests, as `make test` builds it): built apart, each selection unifies the shared
+# dependencies' features differently and every run rebuilds the other.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: help
 help: ## Show this help
@@ -65,11 +69,17 @@ test: deps k8s-bins lint manifests ## Install what is needed, lint, and run ever
 
 .PHONY: demo
 demo: deps k8s-bins ## Run the lab's default scenario with real processes
-	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus $(CARGO) run --release --locked -p backpressure-lab -- demo
+	$(CARGO) build --release --locked -p backpressure-lab -p backpressure-operator --bins
+	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus \
+	  BP_OPERATOR_BIN=$(TARGET_DIR)/release/backpressure-operator \
+	  $(TARGET_DIR)/release/backpressure-lab demo
 
 .PHONY: e2e
 e2e: deps k8s-bins ## The lab's three scenarios, asserting the recorded checks
-	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus $(CARGO) test --locked -p backpressure-lab --test e2e -- --ignored --test-threads=1
+	$(CARGO) test --workspace --locked --no-run
+	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus \
+	  BP_OPERATOR_BIN=$(TARGET_DIR)/debug/backpressure-operator \
+	  $(CARGO) test --workspace --locked --test e2e -- --ignored --test-threads=1
 
 .PHONY: bench
 bench: ## Simulator scenario report (docs/sim-report.md) and worker micro-benchmarks
