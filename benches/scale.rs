@@ -580,7 +580,10 @@ async fn run(args: &Args) -> String {
         let q = format!("count({})", m::QUEUE_AGE);
         let body = http_get(
             &prom_addr,
-            &format!("/api/v1/query?query={}", urlencode(&q)),
+            &format!(
+                "/api/v1/query?query={}",
+                backpressure_envtest::urlencode(&q)
+            ),
         );
         let count = body
             .split("\"value\":[")
@@ -1047,17 +1050,4 @@ struct SteadyRow {
     queries: f64,
     writes: usize,
     writes_by_kind: BTreeMap<String, usize>,
-}
-
-fn urlencode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }

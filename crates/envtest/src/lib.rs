@@ -32,7 +32,7 @@ mod prometheus;
 
 pub use pki::Pki;
 pub use process::Supervised;
-pub use prometheus::{Prometheus, ScrapeTarget};
+pub use prometheus::{Prometheus, ScrapeTarget, urlencode};
 
 /// Kubernetes version the harness runs (the wrapper module in tools/k8s pins it).
 pub const KUBERNETES_VERSION: &str = "v1.35.4";

@@ -220,7 +220,8 @@ impl Drop for Prometheus {
     }
 }
 
-fn urlencode(s: &str) -> String {
+/// Percent-encodes `s` for a URL query value (RFC 3986 unreserved characters stay).
+pub fn urlencode(s: &str) -> String {
     let mut out = String::with_capacity(s.len() * 3);
     for b in s.bytes() {
         match b {

@@ -209,7 +209,10 @@ pub async fn query(
     expr: &str,
 ) -> Result<Vec<(BTreeMap<String, String>, f64)>, PromError> {
     let v: serde_json::Value = client
-        .get(format!("{base}/api/v1/query?query={}", urlencode(expr)))
+        .get(format!(
+            "{base}/api/v1/query?query={}",
+            backpressure_envtest::urlencode(expr)
+        ))
         .timeout(Duration::from_secs(3))
         .send()
         .await
@@ -236,19 +239,6 @@ pub async fn query(
         }
     }
     Ok(out)
-}
-
-fn urlencode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
