@@ -370,6 +370,17 @@ struct AuditWrite {
     name: String,
 }
 
+impl AuditWrite {
+    /// `resource` or `resource/subresource`, for counting writes by kind.
+    fn kind(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+}
+
 struct Audit {
     file: std::fs::File,
     partial: String,
@@ -626,17 +637,7 @@ async fn run(args: &Args) -> String {
     while statused.len() < n {
         tokio::time::sleep(Duration::from_millis(500)).await;
         for w in audit.new_writes() {
-            *cold_writes
-                .entry(format!(
-                    "{}{}",
-                    w.resource,
-                    if w.subresource.is_empty() {
-                        String::new()
-                    } else {
-                        format!("/{}", w.subresource)
-                    }
-                ))
-                .or_default() += 1;
+            *cold_writes.entry(w.kind()).or_default() += 1;
             if w.resource == "workerbackpressures" && w.subresource == "status" {
                 statused.insert((w.namespace, w.name));
                 last_status_at = last_status_at.max(w.at);
@@ -716,17 +717,7 @@ async fn run(args: &Args) -> String {
             1000.0 * (dur_sum(&op1) - dur_sum(&op0)) / (dur_cnt(&op1) - dur_cnt(&op0)).max(1.0);
         let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
         for w in &writes {
-            *by_kind
-                .entry(format!(
-                    "{}{}",
-                    w.resource,
-                    if w.subresource.is_empty() {
-                        String::new()
-                    } else {
-                        format!("/{}", w.subresource)
-                    }
-                ))
-                .or_default() += 1;
+            *by_kind.entry(w.kind()).or_default() += 1;
         }
         let row = SteadyRow {
             seconds: took,
