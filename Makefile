@@ -12,7 +12,8 @@ CHART := charts/backpressure-operator
 # The lab and the operator are built in one cargo invocation (the whole workspace for the e2e
 # tests, as `make test` builds it): built apart, each selection unifies the shared
 # dependencies' features differently and every run rebuilds the other.
-TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+# Absolute: test binaries run with their crate's directory as the working directory.
+TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 
 .PHONY: help
 help: ## Show this help

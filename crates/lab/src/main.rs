@@ -202,8 +202,8 @@ fn finish(sc: &Scenario, report: &Report, out: &std::path::Path) -> anyhow::Resu
             c.detail
         );
     }
-    if let Some(why) = &report.operator_pending {
-        println!("\n  operator run PENDING: {why}");
+    if let Some(why) = &report.operator_skipped {
+        println!("\n  no operator run: {why}");
     }
     match plotted {
         Ok(()) => println!(

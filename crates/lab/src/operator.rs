@@ -10,7 +10,16 @@ use backpressure_envtest::Supervised;
 /// overrides.
 pub async fn find_binary(build: bool) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("BP_OPERATOR_BIN") {
-        return Ok(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        let cwd =
+            std::env::current_dir().map_or_else(|e| e.to_string(), |d| d.display().to_string());
+        return Err(format!(
+            "BP_OPERATOR_BIN={} is not a file (a relative path resolves against {cwd})",
+            p.display()
+        ));
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut dir = exe

@@ -84,7 +84,7 @@ pub struct Report {
     /// The end-to-end checks.
     pub checks: Vec<Check>,
     /// Why the operator run did not run, if it did not.
-    pub operator_pending: Option<String>,
+    pub operator_skipped: Option<String>,
     /// True when stopped early by Ctrl-C.
     pub interrupted: bool,
     /// Seconds spent building the operator binary (part of the wall time).
@@ -166,25 +166,30 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let (vis, max_deliveries) = (sc.queue.visibility_timeout.0, sc.queue.max_deliveries);
 
     // The operator, if it can run.
-    let mut operator_pending = None;
+    let mut operator_skipped = None;
     let mut operator_bin = None;
     let build_started = Instant::now();
     if opts.with_operator {
-        if opts.build_operator && std::env::var_os("CARGO").is_some() {
+        if opts.build_operator
+            && std::env::var_os("CARGO").is_some()
+            && std::env::var_os("BP_OPERATOR_BIN").is_none()
+        {
             say(
                 show,
                 "lab: building the operator (cargo build -p backpressure-operator) ...",
             );
         }
-        match crate::operator::find_binary(opts.build_operator).await {
-            Ok(bin) => match crate::operator::check_run_subcommand(&bin).await {
-                Ok(()) => operator_bin = Some(bin),
-                Err(e) => operator_pending = Some(e),
-            },
-            Err(e) => operator_pending = Some(e),
-        }
+        // Asked for the operator and it cannot run: stop here, before minutes of a run that
+        // could only fail its operator checks.
+        let bin = crate::operator::find_binary(opts.build_operator)
+            .await
+            .map_err(|e| LabError::Other(format!("the operator cannot run: {e}")))?;
+        crate::operator::check_run_subcommand(&bin)
+            .await
+            .map_err(|e| LabError::Other(format!("the operator cannot run: {e}")))?;
+        operator_bin = Some(bin);
     } else {
-        operator_pending = Some("disabled with --no-operator".into());
+        operator_skipped = Some("disabled with --no-operator".into());
     }
     let build_secs = build_started.elapsed().as_secs_f64();
     let mut namespaces: Vec<(&'static str, &'static str)> = Vec::new();
@@ -348,12 +353,10 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             ),
         );
     }
-    if let Some(why) = &operator_pending {
+    if let Some(why) = &operator_skipped {
         say(
             show,
-            &format!(
-                "lab: OPERATOR RUN PENDING: {why}. Running the comparison (queue-age scaler) only."
-            ),
+            &format!("lab: no operator run ({why}): the comparison (queue-age scaler) only."),
         );
     }
 
@@ -500,7 +503,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     Ok(Report {
         recording,
         checks,
-        operator_pending,
+        operator_skipped,
         interrupted,
         build_secs,
     })
