@@ -5,6 +5,7 @@
 //! runs. Stopping on purpose sends SIGTERM to the watchdog, which forwards it and waits.
 
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -126,6 +127,8 @@ impl Drop for Supervised {
 }
 
 /// Removes `dir` once the test process is gone (a destructor may never run for a static).
+/// The janitor runs in its own process group, so that a runner which kills the test's group
+/// when a test fails (as CI does) does not take the clean-up with it.
 pub fn remove_dir_on_exit(dir: &Path) -> Result<(), Error> {
     let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; sleep 12; rm -rf "$2""#;
     Command::new("sh")
@@ -137,6 +140,7 @@ pub fn remove_dir_on_exit(dir: &Path) -> Result<(), Error> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .map_err(|e| Error::io("spawn janitor".into(), e))?;
     Ok(())
