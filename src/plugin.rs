@@ -349,24 +349,12 @@ pub async fn events_for(
 mod tests {
     use super::*;
     use backpressure_api::v1alpha1::{
-        Action, DecisionRecord, FleetStatus, Regime, ReplicaStatus, TargetRef,
-        WorkerBackpressureSpec, WorkerBackpressureStatus,
+        Action, DecisionRecord, FleetStatus, Regime, ReplicaStatus, WorkerBackpressureStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn wbp(ns: &str, name: &str, regime: Regime) -> WorkerBackpressure {
-        let mut w = WorkerBackpressure::new(
-            name,
-            WorkerBackpressureSpec {
-                target_ref: TargetRef {
-                    api_version: "apps/v1".into(),
-                    kind: "Deployment".into(),
-                    name: name.into(),
-                },
-                ..Default::default()
-            },
-        );
-        w.metadata.namespace = Some(ns.into());
+        let mut w = crate::decide::fixtures::wbp(ns, name);
         let t: Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
         w.status = Some(WorkerBackpressureStatus {
             regime: Some(regime),

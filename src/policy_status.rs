@@ -250,13 +250,12 @@ impl Drop for AbortOnDrop {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use backpressure_api::v1alpha1::{
-        BackpressurePolicySpec, Brake, TargetRef, WorkerBackpressureSpec,
-    };
+    use backpressure_api::v1alpha1::{BackpressurePolicySpec, Brake};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use serde_json::json;
 
     use super::*;
+    use crate::decide::fixtures::wbp;
 
     fn policy(spec: serde_json::Value) -> BackpressurePolicy {
         let mut p = BackpressurePolicy::new(
@@ -265,22 +264,6 @@ mod tests {
         );
         p.metadata.generation = Some(3);
         p
-    }
-
-    fn wbp(ns: &str, name: &str) -> WorkerBackpressure {
-        let mut w = WorkerBackpressure::new(
-            name,
-            WorkerBackpressureSpec {
-                target_ref: TargetRef {
-                    api_version: "apps/v1".into(),
-                    kind: "Deployment".into(),
-                    name: name.into(),
-                },
-                ..Default::default()
-            },
-        );
-        w.metadata.namespace = Some(ns.into());
-        w
     }
 
     fn namespaces_of(objects: &[WorkerBackpressure]) -> Vec<&str> {

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use backpressure_api::v1alpha1::{
-    ConfigStatus, TargetRef, WorkerBackpressureSpec, WorkerBackpressureStatus,
+    ConfigStatus, TargetRef, WorkerBackpressure, WorkerBackpressureSpec, WorkerBackpressureStatus,
 };
 use k8s_openapi::jiff::Timestamp;
 
@@ -19,18 +19,29 @@ pub fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(T0 + secs).unwrap()
 }
 
-/// The built-in defaults (resolved from an empty spec) with `tweak` applied to scaling;
-/// `maxReplicas` is 50 unless the tweak says otherwise.
-pub fn effective(tweak: impl FnOnce(&mut EffectiveScaling)) -> Effective {
-    let spec = WorkerBackpressureSpec {
+/// A spec that sets only its target: the Deployment `name`.
+pub fn spec_for(name: &str) -> WorkerBackpressureSpec {
+    WorkerBackpressureSpec {
         target_ref: TargetRef {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
-            name: "export-worker".into(),
+            name: name.into(),
         },
         ..Default::default()
-    };
-    let mut eff = resolve(&spec, &[], at(0)).unwrap();
+    }
+}
+
+/// The object `ns/name` with [`spec_for`]`(name)` and no status.
+pub fn wbp(ns: &str, name: &str) -> WorkerBackpressure {
+    let mut w = WorkerBackpressure::new(name, spec_for(name));
+    w.metadata.namespace = Some(ns.into());
+    w
+}
+
+/// The built-in defaults (resolved from an empty spec) with `tweak` applied to scaling;
+/// `maxReplicas` is 50 unless the tweak says otherwise.
+pub fn effective(tweak: impl FnOnce(&mut EffectiveScaling)) -> Effective {
+    let mut eff = resolve(&spec_for("export-worker"), &[], at(0)).unwrap();
     eff.scaling.max_replicas = 50;
     tweak(&mut eff.scaling);
     eff
