@@ -76,7 +76,7 @@ pub struct Sample {
     pub pods: u32,
     /// Mean backoff factor of the ready pods.
     pub backoff: f32,
-    /// Dependency capacity (requests per second) at the end of the second.
+    /// Dependency capacity (requests per second), mean over the second.
     pub capacity: f32,
     /// Ready pods whose permits are below the maximum, not counting pods still in their startup
     /// ramp (`Mode::Starting`).

@@ -29,6 +29,7 @@ pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod stats;
+pub mod sweep;
 
 pub use engine::{RunOutput, Sample, SimError, Simulation};
 pub use policy::{POLICIES, Policy};

@@ -1,4 +1,4 @@
-//! `backpressure-sim`: runs scenarios and writes the benchmark report.
+//! `backpressure-sim`: runs scenarios and writes the benchmark report and the seed sweep.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use backpressure_sim::metrics::summarize;
 use backpressure_sim::report::{self, Provenance};
-use backpressure_sim::{POLICIES, Scenario, Simulation, plot, policy};
+use backpressure_sim::{POLICIES, Scenario, Simulation, plot, policy, sweep};
 use clap::{Parser, Subcommand};
 
 const SCENARIOS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
@@ -39,6 +39,25 @@ enum Command {
         /// Compress every timeline 4x (a smoke run, not the benchmark).
         #[arg(long)]
         quick: bool,
+        /// Worker threads (default: available parallelism).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+    /// Runs every scenario with N seeds under our policy (and the policies its targets compare
+    /// with) and writes sweep.md: how often each target is met.
+    Sweep {
+        /// Directory of scenario files.
+        #[arg(long, default_value = SCENARIOS_DIR)]
+        scenarios: PathBuf,
+        /// Seeds per scenario: the file's seed s, s+1, ..., s+N-1.
+        #[arg(long, default_value_t = 20)]
+        seeds: usize,
+        /// Output directory.
+        #[arg(long, default_value = DOCS_DIR)]
+        out: PathBuf,
+        /// Only scenarios whose name contains this (repeatable).
+        #[arg(long = "scenario")]
+        filter: Vec<String>,
         /// Worker threads (default: available parallelism).
         #[arg(long)]
         jobs: Option<usize>,
@@ -78,6 +97,13 @@ fn main() -> Result<()> {
             quick,
             jobs,
         } => report_cmd(&scenarios, out, &filter, quick, jobs),
+        Command::Sweep {
+            scenarios,
+            seeds,
+            out,
+            filter,
+            jobs,
+        } => sweep_cmd(&scenarios, seeds, &out, &filter, jobs),
         Command::Run {
             scenario,
             policy,
@@ -88,16 +114,11 @@ fn main() -> Result<()> {
     }
 }
 
-fn report_cmd(
-    dir: &Path,
-    out: Option<PathBuf>,
-    filter: &[String],
-    quick: bool,
-    jobs: Option<usize>,
-) -> Result<()> {
+/// The scenario files of `dir` whose name contains one of `filter` (all without a filter), with
+/// their sources relative to the repository.
+fn load_scenarios(dir: &Path, filter: &[String]) -> Result<Vec<Scenario>> {
     let mut scenarios = Scenario::load_dir(dir).context("loading the scenarios")?;
     for s in &mut scenarios {
-        // Report paths relative to the repository.
         if let Some(src) = &s.source {
             let file = Path::new(src)
                 .file_name()
@@ -112,16 +133,66 @@ fn report_cmd(
     if scenarios.is_empty() {
         bail!("no scenario in {} matches", dir.display());
     }
+    Ok(scenarios)
+}
+
+fn default_jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn sweep_cmd(
+    dir: &Path,
+    seeds: usize,
+    out: &Path,
+    filter: &[String],
+    jobs: Option<usize>,
+) -> Result<()> {
+    let scenarios = load_scenarios(dir, filter)?;
+    let jobs = jobs.unwrap_or_else(default_jobs);
+    let started = Instant::now();
+    let result = sweep::run(&scenarios, seeds, jobs)?;
+    let wall = started.elapsed().as_secs_f64();
+    let mut command = format!("cargo run -p backpressure-sim --release -- sweep --seeds {seeds}");
+    for f in filter {
+        command.push_str(&format!(" --scenario {f}"));
+    }
+    let md = sweep::markdown(
+        &result,
+        &sweep::Provenance {
+            command,
+            wall_secs: wall,
+            jobs,
+        },
+    );
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let path = out.join("sweep.md");
+    std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
+    println!(
+        "wrote {}: {} runs in {:.1} s on {} thread(s)",
+        path.display(),
+        result.runs,
+        wall,
+        jobs
+    );
+    Ok(())
+}
+
+fn report_cmd(
+    dir: &Path,
+    out: Option<PathBuf>,
+    filter: &[String],
+    quick: bool,
+    jobs: Option<usize>,
+) -> Result<()> {
+    let mut scenarios = load_scenarios(dir, filter)?;
     let compressed = quick.then_some(0.25);
     if let Some(f) = compressed {
         scenarios = scenarios.iter().map(|s| s.compressed(f)).collect();
     }
     let out = out.unwrap_or_else(|| PathBuf::from(if quick { QUICK_DIR } else { DOCS_DIR }));
-    let jobs = jobs.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
+    let jobs = jobs.unwrap_or_else(default_jobs);
     let started = Instant::now();
     let results = report::run_all(&scenarios, jobs)?;
     let wall = started.elapsed().as_secs_f64();

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::engine::{RunOutput, SimError, Simulation};
 use crate::metrics::{Summary, summarize};
-use crate::policy::{BP_OURS, GREEDY_KEDA, POLICIES};
+use crate::policy::{BP_OURS, GREEDY_KEDA, POLICIES, Policy};
 use crate::scenario::{Scenario, Target, TargetMetric, Timeline};
 
 /// One run and its summary.
@@ -27,33 +27,44 @@ pub struct ScenarioResult {
     pub runs: Vec<Run>,
 }
 
-/// Runs every scenario under every policy on `jobs` threads. Results do not depend on `jobs`:
-/// each run is independent and deterministic.
-pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult>, SimError> {
-    let work: Vec<(usize, usize)> = (0..scenarios.len())
-        .flat_map(|s| (0..POLICIES.len()).map(move |p| (s, p)))
-        .collect();
+/// The summaries a target is evaluated on: a scenario and the runs of some policies on it.
+/// [`ScenarioResult`] has every policy; the seed sweep (`crate::sweep`) only those its targets
+/// need ([`target_policies`]).
+pub trait PolicyRuns {
+    /// The scenario that was run.
+    fn scenario(&self) -> &Scenario;
+    /// The summary of `policy`'s run, if it ran.
+    fn summary(&self, policy: Policy) -> Option<&Summary>;
+}
+
+impl PolicyRuns for ScenarioResult {
+    fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+    fn summary(&self, policy: Policy) -> Option<&Summary> {
+        self.runs
+            .iter()
+            .find(|r| r.output.policy == policy)
+            .map(|r| &r.summary)
+    }
+}
+
+/// Maps `f` over `items` on `jobs` threads that take the next item as they finish one. The
+/// result is in `items` order, whatever `jobs` is; `None` where `f` did not return.
+pub(crate) fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<Option<R>> {
     let next = AtomicUsize::new(0);
-    let slots: Mutex<Vec<Option<Result<Run, SimError>>>> =
-        Mutex::new((0..work.len()).map(|_| None).collect());
+    let slots: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
-        for _ in 0..jobs.max(1).min(work.len().max(1)) {
+        for _ in 0..jobs.max(1).min(items.len().max(1)) {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(s, p)) = work.get(i) else { break };
-                    let scenario = &scenarios[s];
-                    let sim = Simulation::new(scenario, POLICIES[p]);
-                    let result = sim.run().map(|output| {
-                        let summary = summarize(scenario, sim.timeline(), &output);
-                        tracing::info!(
-                            scenario = %scenario.name,
-                            policy = POLICIES[p].key,
-                            dlq = summary.dead_lettered,
-                            "run done"
-                        );
-                        Run { output, summary }
-                    });
+                    let Some(item) = items.get(i) else { break };
+                    let result = f(item);
                     if let Ok(mut v) = slots.lock() {
                         v[i] = Some(result);
                     }
@@ -61,7 +72,29 @@ pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult
             });
         }
     });
-    let slots = slots.into_inner().unwrap_or_default();
+    slots.into_inner().unwrap_or_default()
+}
+
+/// Runs every scenario under every policy on `jobs` threads. Results do not depend on `jobs`:
+/// each run is independent and deterministic.
+pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult>, SimError> {
+    let work: Vec<(usize, usize)> = (0..scenarios.len())
+        .flat_map(|s| (0..POLICIES.len()).map(move |p| (s, p)))
+        .collect();
+    let slots = par_map(&work, jobs, |&(s, p)| {
+        let scenario = &scenarios[s];
+        let sim = Simulation::new(scenario, POLICIES[p]);
+        sim.run().map(|output| {
+            let summary = summarize(scenario, sim.timeline(), &output);
+            tracing::info!(
+                scenario = %scenario.name,
+                policy = POLICIES[p].key,
+                dlq = summary.dead_lettered,
+                "run done"
+            );
+            Run { output, summary }
+        })
+    });
     let mut runs = slots.into_iter();
     let mut out = Vec::new();
     for scenario in scenarios {
@@ -107,7 +140,7 @@ fn pct(x: f64) -> String {
     }
 }
 
-fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
@@ -119,7 +152,7 @@ fn count(n: u64) -> String {
     out
 }
 
-fn secs(x: f64) -> String {
+pub(crate) fn secs(x: f64) -> String {
     if x >= 3600.0 {
         format!("{:.2} h", x / 3600.0)
     } else if x >= 60.0 {
@@ -129,21 +162,40 @@ fn secs(x: f64) -> String {
     }
 }
 
-fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+pub(crate) fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map_or_else(|| "—".to_owned(), f)
 }
 
-/// The value of a target's metric for our policy, with how it was obtained.
-pub fn target_value(result: &ScenarioResult, target: &Target) -> Option<f64> {
-    let ours = &result.runs[index_of(BP_OURS)].summary;
-    let set_point = result.scenario.workers.set_point;
+/// The policies whose runs a target's value depends on: ours, and the policy it is compared
+/// with for relative targets.
+pub fn target_policies(metric: TargetMetric) -> &'static [Policy] {
+    match metric {
+        TargetMetric::MaxAgeVsKeda => &[BP_OURS, GREEDY_KEDA],
+        _ => &[BP_OURS],
+    }
+}
+
+/// How a target is named in tables: its text, or its metric.
+pub fn target_label(target: &Target) -> String {
+    if target.text.is_empty() {
+        format!("{:?}", target.metric)
+    } else {
+        target.text.clone()
+    }
+}
+
+/// The value of a target's metric for our policy; `None` when it cannot be measured (for
+/// example no drain without a backlog, or a needed run is missing).
+pub fn target_value(result: &impl PolicyRuns, target: &Target) -> Option<f64> {
+    let ours = result.summary(BP_OURS)?;
+    let set_point = result.scenario().workers.set_point;
     match target.metric {
         TargetMetric::Dlq => Some(ours.dead_lettered as f64),
         TargetMetric::DlqPerFailedAttempt => ours.dlq_per_failed_attempt(),
         TargetMetric::Goodput => ours.goodput,
         TargetMetric::FailureRateOverSetPoint => ours.failure_rate.map(|f| f / set_point),
         TargetMetric::MaxAgeVsKeda => {
-            let keda = &result.runs[index_of(GREEDY_KEDA)].summary;
+            let keda = result.summary(GREEDY_KEDA)?;
             (keda.max_age > 0.0).then(|| ours.max_age / keda.max_age)
         }
         TargetMetric::ReplicasAddedDuringIncident => Some(f64::from(ours.added_during_incident)),
@@ -157,8 +209,10 @@ pub fn target_value(result: &ScenarioResult, target: &Target) -> Option<f64> {
 }
 
 /// The numbers behind a target's value, in words.
-pub fn target_detail(result: &ScenarioResult, target: &Target) -> String {
-    let ours = &result.runs[index_of(BP_OURS)].summary;
+pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
+    let Some(ours) = result.summary(BP_OURS) else {
+        return format!("no run of {}", BP_OURS.name);
+    };
     match target.metric {
         TargetMetric::Dlq => format!("{} messages in the DLQ", count(ours.dead_lettered)),
         TargetMetric::DlqPerFailedAttempt => format!(
@@ -170,20 +224,21 @@ pub fn target_detail(result: &ScenarioResult, target: &Target) -> String {
         TargetMetric::FailureRateOverSetPoint => format!(
             "{} failed calls in the incident window vs set point {}",
             opt(ours.failure_rate, pct),
-            pct(result.scenario.workers.set_point)
+            pct(result.scenario().workers.set_point)
         ),
-        TargetMetric::MaxAgeVsKeda => {
-            let keda = &result.runs[index_of(GREEDY_KEDA)].summary;
-            format!(
+        TargetMetric::MaxAgeVsKeda => match result.summary(GREEDY_KEDA) {
+            Some(keda) => format!(
                 "max first-attempt age {} vs {} for {}",
                 secs(ours.max_age),
                 secs(keda.max_age),
                 GREEDY_KEDA.name
-            )
-        }
+            ),
+            None => format!("no run of {}", GREEDY_KEDA.name),
+        },
         TargetMetric::ReplicasAddedDuringIncident => format!(
             "replicas {}..{} over the run",
-            result.scenario.fleet.replicas, ours.max_replicas
+            result.scenario().fleet.replicas,
+            ours.max_replicas
         ),
         TargetMetric::PeakLoadAfterRecovery => {
             "highest 30 s calls/capacity in the 10 min after recovery".into()
@@ -218,11 +273,14 @@ pub fn target_met(target: &Target, value: Option<f64>) -> bool {
     })
 }
 
-fn index_of(p: crate::policy::Policy) -> usize {
-    POLICIES.iter().position(|q| *q == p).unwrap_or(0)
+/// A target's value as the tables show it.
+pub fn fmt_target_value(metric: TargetMetric, v: f64) -> String {
+    fmt_target_value_digits(metric, v, 2)
 }
 
-fn fmt_target_value(metric: TargetMetric, v: f64) -> String {
+/// A target's value with `ratio_digits` decimals for ratios (`1.10x`): the sweep shows three,
+/// so that a value just above a bound does not print as the bound.
+pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize) -> String {
     match metric {
         TargetMetric::Dlq
         | TargetMetric::ReplicasAddedDuringIncident
@@ -243,7 +301,7 @@ fn fmt_target_value(metric: TargetMetric, v: f64) -> String {
         TargetMetric::FailureRateOverSetPoint
         | TargetMetric::MaxAgeVsKeda
         | TargetMetric::PeakLoadAfterRecovery
-        | TargetMetric::DrainRatio => format!("{v:.2}x"),
+        | TargetMetric::DrainRatio => format!("{v:.ratio_digits$}x"),
     }
 }
 
@@ -307,11 +365,7 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
                 md,
                 "| {} | {} | {} | {} | {} |",
                 r.scenario.title,
-                if t.text.is_empty() {
-                    format!("{:?}", t.metric)
-                } else {
-                    t.text.clone()
-                },
+                target_label(t),
                 opt(v, |x| fmt_target_value(t.metric, x)),
                 if met { "met" } else { "**gap**" },
                 target_detail(r, t)
@@ -319,6 +373,13 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
         }
     }
     let _ = writeln!(md, "\n{met_n} of {all_n} targets met.\n");
+    if prov.compressed.is_none() {
+        let _ = writeln!(
+            md,
+            "These are one seed per scenario; [`sweep.md`](sweep.md) measures the same targets \
+             over a range of seeds (`cargo run -p backpressure-sim --release -- sweep`).\n"
+        );
+    }
 
     for r in results {
         let s = &r.scenario;
