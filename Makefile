@@ -83,8 +83,13 @@ e2e: deps k8s-bins ## The lab's three scenarios, asserting the recorded checks
 	  $(CARGO) test --workspace --locked --test e2e -- --ignored --test-threads=1
 
 .PHONY: bench
-bench: ## Simulator scenario report (docs/sim-report.md) and worker micro-benchmarks
+bench: ## Simulator policy report (docs/sim/report.md) and seed sweep (docs/sim/sweep.md)
 	$(CARGO) run --release --locked -p backpressure-sim -- report
+	$(CARGO) run --release --locked -p backpressure-sim -- sweep
+
+.PHONY: bench-worker
+bench-worker: ## Worker library micro-benchmarks (criterion): outcome and permit paths vs a tokio Semaphore
+	$(CARGO) bench --locked -p backpressure-worker
 
 .PHONY: bench-scale
 bench-scale: deps k8s-bins ## The operator at fleet scale: 10,000 objects on a real API server and Prometheus
