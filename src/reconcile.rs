@@ -209,7 +209,7 @@ async fn reconcile_effective(
         Ok(t) => t,
         Err(e) => return report_target_error(wbp, ctx, ns, &e, now).await,
     };
-    let (config, mut notes) = config_step(wbp, ctx, ns, eff, &observed.pods, previous).await?;
+    let (config, mut notes) = config_step(wbp, ctx, ns, eff, &observed.pods, previous, now).await?;
 
     let observation = Observation {
         now,
@@ -420,7 +420,8 @@ async fn finalize(
 }
 
 /// Step 3 (client): render the worker configuration into the owned ConfigMap and push it to
-/// the ready pods. The generation grows by one whenever the content changes.
+/// the ready pods. The generation grows whenever the content changes
+/// ([`resolve::next_config_generation`]).
 pub async fn config_step(
     wbp: &WorkerBackpressure,
     ctx: &Context,
@@ -428,13 +429,16 @@ pub async fn config_step(
     eff: &Effective,
     pods: &[PodInfo],
     previous: Option<&WorkerBackpressureStatus>,
+    now: Timestamp,
 ) -> Result<(ConfigStatus, Vec<Note>), ReconcileError> {
     let rendered = resolve::render_worker_config(eff, 0).with_hash();
-    let generation = match previous.and_then(|s| s.config.as_ref()) {
-        Some(c) if c.hash == rendered.hash => c.generation.unwrap_or(1),
-        Some(c) => c.generation.unwrap_or(0) + 1,
-        None => 1,
-    };
+    let generation = resolve::next_config_generation(
+        previous
+            .and_then(|s| s.config.as_ref())
+            .map(|c| (c.hash.as_str(), c.generation.unwrap_or(0))),
+        &rendered.hash,
+        now,
+    );
     let config: WorkerConfig = WorkerConfig {
         generation,
         hash: String::new(),

@@ -445,6 +445,36 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
     assert!(w.pods.iter().all(|p| p.running().hash == new_hash));
     let cm = cms.get("w-worker-config").await.unwrap();
     assert!(cm.data.unwrap()["worker-config.json"].contains(&new_hash));
+
+    // Deleted and recreated (status gone, pods still running the old object's config): the
+    // new object's config still reaches every pod, which refuse a generation older than theirs.
+    let old_generation = w.pods[0].running().generation;
+    w.wbps()
+        .delete("w", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(20), "the object gone", || async {
+        w.wbps().get_opt("w").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    w.apply(json!({"worker": {"setPoint": 0.07, "maxPermits": 8}}))
+        .await;
+    wait_for(
+        Duration::from_secs(40),
+        "the recreated object's set point 0.07 on every pod",
+        || async {
+            w.pods
+                .iter()
+                .all(|p| (p.running().set_point - 0.07).abs() < 1e-9)
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        w.pods
+            .iter()
+            .all(|p| p.running().generation > old_generation)
+    );
     w.cleanup().await;
 }
 

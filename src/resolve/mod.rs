@@ -1031,11 +1031,25 @@ fn apply_limits(r: &mut Resolver<'_>, eff: &mut Effective, policies: &[PolicyInp
     }
 }
 
+/// The generation of the worker configuration whose content hash is `hash`, given the previous
+/// one (hash and generation, from status) at `now`.
+///
+/// The same content keeps its generation. New content gets the larger of the previous
+/// generation + 1 and the Unix time in milliseconds, so generations keep growing across a recreated
+/// object or a lost status: workers refuse a generation older than the one they run, and a
+/// counter that restarted at 1 would be refused by every pod until it restarted.
+pub fn next_config_generation(previous: Option<(&str, i64)>, hash: &str, now: Timestamp) -> i64 {
+    match previous {
+        Some((h, generation)) if h == hash => generation,
+        Some((_, generation)) => generation.saturating_add(1).max(now.as_millisecond()),
+        None => now.as_millisecond().max(1),
+    }
+}
+
 /// Renders the worker configuration payload (wire contract) with its hash.
 ///
-/// `generation` must grow whenever the payload changes (the caller combines the object's
-/// `metadata.generation` with policy changes); workers refuse a generation older than the one
-/// they run.
+/// `generation` must grow whenever the payload changes ([`next_config_generation`]); workers
+/// refuse a generation older than the one they run.
 pub fn render_worker_config(effective: &Effective, generation: i64) -> WorkerConfig {
     let w = &effective.worker;
     WorkerConfig {

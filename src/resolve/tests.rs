@@ -512,3 +512,26 @@ fn policies_for_namespace_filters_and_orders() {
         .collect();
     assert_eq!(names, vec!["payments", "everyone"]);
 }
+
+#[test]
+fn config_generation_keeps_growing_across_a_recreated_object() {
+    let now: Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
+    let t = now.as_millisecond();
+    // Same content: same generation, whatever the clock says.
+    assert_eq!(next_config_generation(Some(("abc", 7)), "abc", now), 7);
+    // New content: at least the clock, and always past the previous one.
+    assert_eq!(next_config_generation(Some(("abc", 7)), "def", now), t);
+    assert_eq!(
+        next_config_generation(Some(("abc", t + 5)), "def", now),
+        t + 6
+    );
+    // No previous status (a new, recreated or status-less object): the clock, so a pod still
+    // running the old object's config accepts the push instead of answering 409.
+    let before = next_config_generation(Some(("abc", 41)), "def", now);
+    let recreated = next_config_generation(None, "def", now + Duration::from_secs(60));
+    assert!(recreated > before);
+    assert_eq!(
+        next_config_generation(Some(("abc", i64::MAX)), "def", now),
+        i64::MAX
+    );
+}

@@ -99,8 +99,9 @@ pub mod metrics {
 pub struct WorkerConfig {
     /// Always [`WIRE_VERSION`].
     pub version: String,
-    /// Monotonic generation (the WorkerBackpressure's `metadata.generation` combined with policy
-    /// changes); a worker refuses a payload older than the one it runs.
+    /// Monotonic generation: the operator keeps it for unchanged content and otherwise sends the
+    /// larger of the previous generation + 1 and the Unix time in milliseconds (so it keeps growing
+    /// across a recreated object); a worker refuses a payload older than the one it runs.
     pub generation: i64,
     /// Content hash; see [`WorkerConfig::compute_hash`].
     #[serde(default)]
