@@ -1439,6 +1439,17 @@ impl<'a> Ctx<'a> {
         }
 
         match &self.obs.config {
+            // Nothing is pushed in DryRun: the pods keep whatever they run, which is not a
+            // fault to alert on (ConfigOutOfSync counts `False` only).
+            Some(cfg) if eff.dry_run => b.set(
+                cond::CONFIG_IN_SYNC,
+                CondStatus::Unknown,
+                "NotPushed",
+                format!(
+                    "DryRun: the operator pushes no config; {} of {} ready pods run config {}",
+                    cfg.pods_in_sync, cfg.pods_total, cfg.hash
+                ),
+            ),
             Some(cfg) if cfg.pods_in_sync >= cfg.pods_total => b.set(
                 cond::CONFIG_IN_SYNC,
                 CondStatus::True,

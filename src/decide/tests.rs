@@ -762,6 +762,26 @@ fn config_in_sync_condition() {
 }
 
 #[test]
+fn config_not_pushed_in_dry_run_is_unknown_not_out_of_sync() {
+    let mut eff = defaults();
+    eff.dry_run = true;
+    let mut w = World::new(eff, 8);
+    w.config = Some(ConfigStatus {
+        hash: "9f2c1a".into(),
+        pods_in_sync: 0,
+        pods_total: 8,
+        ..Default::default()
+    });
+    let d = w.step(15);
+    let c = condition(&d.status, cond::CONFIG_IN_SYNC);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("Unknown", "NotPushed")
+    );
+    assert!(c.message.contains("0 of 8 ready pods"), "{}", c.message);
+}
+
+#[test]
 fn policy_overrides_are_reported_once() {
     let mut eff = defaults();
     eff.overrides.insert(
