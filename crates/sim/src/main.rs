@@ -43,8 +43,8 @@ enum Command {
         #[arg(long)]
         jobs: Option<usize>,
     },
-    /// Runs every scenario with N seeds under our policy (and the policies its targets compare
-    /// with) and writes sweep.md: how often each target is met.
+    /// Runs every scenario with N seeds under every policy and writes sweep.md: how often each
+    /// target of our policy is met, and how the other policies do on the same seeds.
     Sweep {
         /// Directory of scenario files.
         #[arg(long, default_value = SCENARIOS_DIR)]

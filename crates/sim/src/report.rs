@@ -28,8 +28,8 @@ pub struct ScenarioResult {
 }
 
 /// The summaries a target is evaluated on: a scenario and the runs of some policies on it.
-/// [`ScenarioResult`] has every policy; the seed sweep (`crate::sweep`) only those its targets
-/// need ([`target_policies`]).
+/// [`ScenarioResult`] and the seed sweep (`crate::sweep`) have every policy; a target's value
+/// needs only [`target_policies`].
 pub trait PolicyRuns {
     /// The scenario that was run.
     fn scenario(&self) -> &Scenario;
@@ -184,27 +184,49 @@ pub fn target_label(target: &Target) -> String {
     }
 }
 
+/// Whether a target's metric means something for `policy`'s run. The regime of our operator
+/// (scale-out held, ramp stages) exists only under ours; every other metric is measured the
+/// same way for every policy.
+pub fn metric_defined(metric: TargetMetric, policy: Policy) -> bool {
+    match metric {
+        TargetMetric::HeldSeconds
+        | TargetMetric::HeldFractionOfIncident
+        | TargetMetric::RampStages => policy == BP_OURS,
+        _ => true,
+    }
+}
+
 /// The value of a target's metric for our policy; `None` when it cannot be measured (for
 /// example no drain without a backlog, or a needed run is missing).
 pub fn target_value(result: &impl PolicyRuns, target: &Target) -> Option<f64> {
-    let ours = result.summary(BP_OURS)?;
+    policy_value(result, target, BP_OURS)
+}
+
+/// The value of a target's metric for `policy`'s run, measured as for ours
+/// ([`target_value`]); `None` when it cannot be measured, when the run is missing or when the
+/// metric is not defined for that policy ([`metric_defined`]).
+pub fn policy_value(result: &impl PolicyRuns, target: &Target, policy: Policy) -> Option<f64> {
+    if !metric_defined(target.metric, policy) {
+        return None;
+    }
+    let run = result.summary(policy)?;
     let set_point = result.scenario().workers.set_point;
     match target.metric {
-        TargetMetric::Dlq => Some(ours.dead_lettered as f64),
-        TargetMetric::DlqPerFailedAttempt => ours.dlq_per_failed_attempt(),
-        TargetMetric::Goodput => ours.goodput,
-        TargetMetric::FailureRateOverSetPoint => ours.failure_rate.map(|f| f / set_point),
+        TargetMetric::Dlq => Some(run.dead_lettered as f64),
+        TargetMetric::DlqPerFailedAttempt => run.dlq_per_failed_attempt(),
+        TargetMetric::Goodput => run.goodput,
+        TargetMetric::FailureRateOverSetPoint => run.failure_rate.map(|f| f / set_point),
         TargetMetric::MaxAgeVsKeda => {
             let keda = result.summary(GREEDY_KEDA)?;
-            (keda.max_age > 0.0).then(|| ours.max_age / keda.max_age)
+            (keda.max_age > 0.0).then(|| run.max_age / keda.max_age)
         }
-        TargetMetric::ReplicasAddedDuringIncident => Some(f64::from(ours.added_during_incident)),
-        TargetMetric::PeakLoadAfterRecovery => ours.peak_load_after_recovery,
-        TargetMetric::DrainRatio => ours.drain.and_then(|d| d.ratio()),
-        TargetMetric::HeldSeconds => Some(ours.held_secs),
-        TargetMetric::ThrottledFraction => Some(ours.throttled_fraction),
-        TargetMetric::HeldFractionOfIncident => ours.held_fraction_incident,
-        TargetMetric::RampStages => Some(f64::from(ours.ramp_stages)),
+        TargetMetric::ReplicasAddedDuringIncident => Some(f64::from(run.added_during_incident)),
+        TargetMetric::PeakLoadAfterRecovery => run.peak_load_after_recovery,
+        TargetMetric::DrainRatio => run.drain.and_then(|d| d.ratio()),
+        TargetMetric::HeldSeconds => Some(run.held_secs),
+        TargetMetric::ThrottledFraction => Some(run.throttled_fraction),
+        TargetMetric::HeldFractionOfIncident => run.held_fraction_incident,
+        TargetMetric::RampStages => Some(f64::from(run.ramp_stages)),
     }
 }
 

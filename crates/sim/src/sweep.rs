@@ -7,15 +7,17 @@
 //! intermittent spikes ([`Timeline::new`](crate::scenario::Timeline::new)). Steps, surges and
 //! hard or partial outages are fixed by the file and do not move.
 //!
-//! Only our policy runs, plus the policies that targets compare it with
-//! ([`report::target_policies`]); the value and the verdict of each target come from the
-//! report's own [`report::target_value`] and [`report::target_met`].
+//! Every policy runs on every seed. The targets are about our policy: the value and the
+//! verdict of each target come from the report's own [`report::target_value`] and
+//! [`report::target_met`]. The other policies are measured with the same metric
+//! ([`report::policy_value`]) on the same seeds, so that a target missed on some seeds can be
+//! told apart from a scenario in which every policy misses it ([`compare`]).
 
 use std::fmt::Write as _;
 
 use crate::engine::{SimError, Simulation};
 use crate::metrics::{Summary, summarize};
-use crate::policy::{POLICIES, Policy};
+use crate::policy::{BP_OURS, POLICIES, Policy};
 use crate::report::{self, PolicyRuns};
 use crate::scenario::{Scenario, Target};
 
@@ -43,16 +45,14 @@ pub fn seeded(s: &Scenario, n: usize) -> Vec<Scenario> {
         .collect()
 }
 
-/// The policies `s`'s targets need, in [`POLICIES`] order (none without targets).
+/// The policies run on `s`: all of [`POLICIES`] (the targets need ours and the policies of
+/// [`report::target_policies`], the comparison all of them), none without targets.
 pub fn policies(s: &Scenario) -> Vec<Policy> {
-    POLICIES
-        .into_iter()
-        .filter(|p| {
-            s.targets
-                .iter()
-                .any(|t| report::target_policies(t.metric).contains(p))
-        })
-        .collect()
+    if s.targets.is_empty() {
+        Vec::new()
+    } else {
+        POLICIES.to_vec()
+    }
 }
 
 /// One seed of a scenario: the summaries of the policies that ran.
@@ -76,6 +76,9 @@ impl PolicyRuns for SeedRun {
     }
 }
 
+/// `(seed, value)` in seed order; `None` where the value cannot be measured.
+pub type SeedValues = Vec<(u64, Option<f64>)>;
+
 /// One target over the seeds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TargetSweep {
@@ -83,6 +86,10 @@ pub struct TargetSweep {
     pub target: Target,
     /// `(seed, value)` in seed order; `None` where the value cannot be measured.
     pub values: Vec<(u64, Option<f64>)>,
+    /// The same metric for every policy that ran and for which it is defined
+    /// ([`report::metric_defined`]), in [`POLICIES`] order, ours included: `(seed, value)` in
+    /// seed order.
+    pub by_policy: Vec<(Policy, SeedValues)>,
 }
 
 /// One scenario over the seeds.
@@ -169,6 +176,17 @@ pub fn run(scenarios: &[Scenario], seeds: usize, jobs: usize) -> Result<Sweep, S
                     .iter()
                     .map(|r| (r.scenario.seed, report::target_value(r, t)))
                     .collect(),
+                by_policy: policies
+                    .iter()
+                    .filter(|p| report::metric_defined(t.metric, **p))
+                    .map(|&p| {
+                        let values = runs
+                            .iter()
+                            .map(|r| (r.scenario.seed, report::policy_value(r, t, p)))
+                            .collect();
+                        (p, values)
+                    })
+                    .collect(),
             })
             .collect();
         sweep.scenarios.push(ScenarioSweep {
@@ -235,6 +253,263 @@ pub fn aggregate(target: &Target, values: &[(u64, Option<f64>)]) -> Aggregate {
     }
 }
 
+/// Which way a target's metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    /// Lower is better: the target is an upper bound (`<=`).
+    Lower,
+    /// Higher is better: the target is a lower bound (`>=`).
+    Higher,
+}
+
+/// The direction of a target: from its one bound; `None` with both bounds or none.
+pub fn better(target: &Target) -> Option<Better> {
+    match (target.max, target.min) {
+        (Some(_), None) => Some(Better::Lower),
+        (None, Some(_)) => Some(Better::Higher),
+        _ => None,
+    }
+}
+
+/// Ours against one other policy, seed by seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadToHead {
+    /// Seeds on which both values are measured.
+    pub compared: usize,
+    /// Of those, seeds on which ours is at least as good (ties included).
+    pub at_least_as_good: usize,
+    /// Of those, seeds on which both are equal.
+    pub ties: usize,
+    /// Seeds of ours on which either value is missing: not compared, in neither count.
+    pub not_comparable: usize,
+}
+
+/// Compares ours with another policy on each of our seeds (the other's value of the same
+/// seed; a seed it lacks is not comparable). Values within 1e-12 are equal, as in
+/// [`report::target_met`].
+pub fn head_to_head(
+    better: Better,
+    ours: &[(u64, Option<f64>)],
+    other: &[(u64, Option<f64>)],
+) -> HeadToHead {
+    let mut h = HeadToHead {
+        compared: 0,
+        at_least_as_good: 0,
+        ties: 0,
+        not_comparable: 0,
+    };
+    for &(seed, mine) in ours {
+        let theirs = other.iter().find(|(s, _)| *s == seed).and_then(|(_, v)| *v);
+        let (Some(a), Some(b)) = (mine, theirs) else {
+            h.not_comparable += 1;
+            continue;
+        };
+        h.compared += 1;
+        if (a - b).abs() <= 1e-12 {
+            h.ties += 1;
+            h.at_least_as_good += 1;
+        } else if match better {
+            Better::Lower => a < b,
+            Better::Higher => a > b,
+        } {
+            h.at_least_as_good += 1;
+        }
+    }
+    h
+}
+
+/// The comparators of a target with their medians, best first (by [`better`]); policies
+/// without a measured median are left out.
+fn comparator_medians(t: &TargetSweep) -> Vec<(Policy, f64)> {
+    let mut v: Vec<(Policy, f64)> = t
+        .by_policy
+        .iter()
+        .filter(|(p, _)| *p != BP_OURS)
+        .filter_map(|(p, values)| aggregate(&t.target, values).median.map(|m| (*p, m)))
+        .collect();
+    match better(&t.target) {
+        Some(Better::Higher) => v.sort_by(|a, b| b.1.total_cmp(&a.1)),
+        _ => v.sort_by(|a, b| a.1.total_cmp(&b.1)),
+    }
+    v
+}
+
+fn fmt_head_to_head(h: &HeadToHead) -> String {
+    let mut s = format!("{} of {}", h.at_least_as_good, h.compared);
+    if h.ties > 0 {
+        let _ = write!(s, " ({} tie{})", h.ties, if h.ties == 1 { "" } else { "s" });
+    }
+    if h.not_comparable > 0 {
+        let _ = write!(s, "; {} not comparable", h.not_comparable);
+    }
+    s
+}
+
+/// The section "Against the other policies, on the same seeds".
+fn comparison_markdown(md: &mut String, sweep: &Sweep) {
+    let others: Vec<Policy> = POLICIES.into_iter().filter(|p| *p != BP_OURS).collect();
+    let _ = writeln!(md, "\n## Against the other policies, on the same seeds\n");
+    let _ = writeln!(
+        md,
+        "The targets are about our policy; the other three policies ran on the same seeds and \
+         are measured with the same metric (`report::policy_value`, of which \
+         `report::target_value` is our column). Each cell: median / worst (seed) / seeds on \
+         which that policy's value would meet our target. \"—\": the metric is a state of our \
+         operator (scale-out held, ramp stages) and is not defined for the others.\n"
+    );
+    let _ = write!(md, "| scenario | target |");
+    for p in POLICIES {
+        let _ = write!(md, " {} |", p.name);
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(md, "|---|---|{}", "---:|".repeat(POLICIES.len()));
+    for s in &sweep.scenarios {
+        for t in &s.targets {
+            let _ = write!(
+                md,
+                "| {} | {} |",
+                short_title(&s.scenario.title),
+                report::target_label(&t.target)
+            );
+            for p in POLICIES {
+                let cell = match t.by_policy.iter().find(|(q, _)| *q == p) {
+                    Some((_, values)) => {
+                        let a = aggregate(&t.target, values);
+                        format!(
+                            "{} / {} / {} of {}",
+                            report::opt(a.median, |x| fmt_measured(&t.target, x)),
+                            a.worst.map_or_else(
+                                || "—".to_owned(),
+                                |(seed, v)| format!("{} ({seed})", fmt_value(&t.target, v))
+                            ),
+                            a.met,
+                            a.n
+                        )
+                    }
+                    None => "—".to_owned(),
+                };
+                let cell = if p == BP_OURS {
+                    format!("**{cell}**")
+                } else {
+                    cell
+                };
+                let _ = write!(md, " {cell} |");
+            }
+            let _ = writeln!(md);
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nSeeds on which ours is at least as good as each other policy (ties included): lower \
+         is better for a `<=` target, higher for a `>=` target; a seed on which either value is \
+         not measurable is not compared.\n"
+    );
+    let _ = write!(md, "| scenario | target | better |");
+    for p in &others {
+        let _ = write!(md, " ours vs {} |", p.name);
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(md, "|---|---|---|{}", "---:|".repeat(others.len()));
+    for s in &sweep.scenarios {
+        for t in &s.targets {
+            let dir = better(&t.target);
+            let _ = write!(
+                md,
+                "| {} | {} | {} |",
+                short_title(&s.scenario.title),
+                report::target_label(&t.target),
+                match dir {
+                    Some(Better::Lower) => "lower",
+                    Some(Better::Higher) => "higher",
+                    None => "—",
+                }
+            );
+            for p in &others {
+                let cell = match (dir, t.by_policy.iter().find(|(q, _)| q == p)) {
+                    (Some(d), Some((_, values))) => {
+                        fmt_head_to_head(&head_to_head(d, &t.values, values))
+                    }
+                    _ => "—".to_owned(),
+                };
+                let _ = write!(md, " {cell} |");
+            }
+            let _ = writeln!(md);
+        }
+    }
+    let missed: Vec<(&ScenarioSweep, &TargetSweep)> = sweep
+        .scenarios
+        .iter()
+        .flat_map(|s| s.targets.iter().map(move |t| (s, t)))
+        .filter(|(_, t)| {
+            let a = aggregate(&t.target, &t.values);
+            a.met < a.n
+        })
+        .collect();
+    if missed.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "\nThe targets missed on at least one seed:\n");
+    for (s, t) in missed {
+        let ours = aggregate(&t.target, &t.values);
+        let mut line = format!(
+            "- **{}, {}**: ours has median {} (meets it on {} of {} seeds)",
+            short_title(&s.scenario.title),
+            report::target_label(&t.target),
+            report::opt(ours.median, |x| fmt_measured(&t.target, x)),
+            ours.met,
+            ours.n
+        );
+        let medians = comparator_medians(t);
+        let describe = |p: Policy, m: f64| {
+            let met = t
+                .by_policy
+                .iter()
+                .find(|(q, _)| *q == p)
+                .map_or(0, |(_, v)| aggregate(&t.target, v).met);
+            format!(
+                "{} ({}, meets it on {met} of {})",
+                fmt_measured(&t.target, m),
+                p.name,
+                ours.n
+            )
+        };
+        match (medians.first(), medians.last()) {
+            (Some(&(bp, bm)), Some(&(wp, wm))) if bp != wp => {
+                let _ = write!(
+                    line,
+                    "; the best other median is {}, the worst {}",
+                    describe(bp, bm),
+                    describe(wp, wm)
+                );
+            }
+            (Some(&(bp, bm)), _) => {
+                let _ = write!(line, "; the other median is {}", describe(bp, bm));
+            }
+            _ => line.push_str("; no other policy is measured on it"),
+        }
+        if let Some(d) = better(&t.target) {
+            let counts: Vec<String> = t
+                .by_policy
+                .iter()
+                .filter(|(p, _)| *p != BP_OURS)
+                .map(|(p, values)| {
+                    let h = head_to_head(d, &t.values, values);
+                    format!("{} on {}", p.name, fmt_head_to_head(&h))
+                })
+                .collect();
+            if !counts.is_empty() {
+                let _ = write!(
+                    line,
+                    ". Seed by seed, ours is at least as good as {}",
+                    join_and(&counts)
+                );
+            }
+        }
+        line.push('.');
+        let _ = writeln!(md, "{line}");
+    }
+}
+
 /// How the sweep was produced (the only non-deterministic numbers of its page).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Provenance {
@@ -265,9 +540,11 @@ pub fn markdown(sweep: &Sweep, prov: &Provenance) -> String {
          scenario runs with {} seeds, its file's seed `s` to `s + {}`: the seed drives the \
          Poisson arrivals, latencies, the dependency's failure draws, each pod's controller and \
          the timing, length and depth of intermittent error spikes; steps, surges and hard or \
-         partial outages stay where the file puts them. Only the policies a target needs run: \
-         ours, plus the policy a relative target compares with. Values and verdicts come from \
-         the same code as the report's (`report::target_value`, `report::target_met`).\n",
+         partial outages stay where the file puts them. All four policies run on every seed: the \
+         targets below are about ours (values and verdicts come from the same code as the \
+         report's, `report::target_value` and `report::target_met`); the other three are \
+         measured with the same metrics in the section [Against the other policies, on the \
+         same seeds](#against-the-other-policies-on-the-same-seeds).\n",
         prov.command,
         sweep.seeds,
         sweep.seeds.saturating_sub(1),
@@ -285,9 +562,9 @@ pub fn markdown(sweep: &Sweep, prov: &Provenance) -> String {
     );
     let _ = writeln!(
         md,
-        "| scenario | seeds | policies run | target | met | median | worst (seed) | report's seed |"
+        "| scenario | seeds | target | met | median | worst (seed) | report's seed |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---|---|---|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for s in &sweep.scenarios {
         let seeds = match (s.seeds.first(), s.seeds.last()) {
@@ -295,12 +572,6 @@ pub fn markdown(sweep: &Sweep, prov: &Provenance) -> String {
             (Some(a), _) => a.to_string(),
             _ => "—".into(),
         };
-        let policies = s
-            .policies
-            .iter()
-            .map(|p| p.name)
-            .collect::<Vec<_>>()
-            .join(", ");
         for t in &s.targets {
             let a = aggregate(&t.target, &t.values);
             let first = t.values.first().copied();
@@ -311,10 +582,9 @@ pub fn markdown(sweep: &Sweep, prov: &Provenance) -> String {
             };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {}{} | {} | {} | {} |",
+                "| {} | {} | {} | {}{} | {} | {} | {} |",
                 s.scenario.title,
                 seeds,
-                policies,
                 report::target_label(&t.target),
                 met,
                 if a.unmeasured > 0 {
@@ -431,8 +701,9 @@ pub fn markdown(sweep: &Sweep, prov: &Provenance) -> String {
             let _ = writeln!(md, "{line}");
         }
     }
+    comparison_markdown(&mut md, sweep);
     let _ = writeln!(md, "\n## Every seed\n");
-    let _ = writeln!(md, "`seed: value`; misses in bold.\n");
+    let _ = writeln!(md, "`seed: value` of our policy; misses in bold.\n");
     let _ = writeln!(md, "| scenario | target | values |");
     let _ = writeln!(md, "|---|---|---|");
     for (s, t, _) in &rows {
@@ -482,7 +753,7 @@ fn short_title(title: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::policy::{BP_OURS, GREEDY_KEDA};
+    use crate::policy::{BP_KEDA, BP_STATIC, GREEDY_KEDA};
     use crate::scenario::{TargetMetric, Timeline};
 
     fn file(name: &str) -> Scenario {
@@ -528,13 +799,9 @@ mod tests {
     }
 
     #[test]
-    fn only_the_policies_the_targets_need_run() {
-        assert_eq!(policies(&file("1-intermittent-outage.yaml")), [BP_OURS]);
-        // Scenario 3 compares the queue age with greedy + KEDA-like.
-        assert_eq!(
-            policies(&file("3-producer-surge.yaml")),
-            [GREEDY_KEDA, BP_OURS]
-        );
+    fn every_policy_runs_where_there_are_targets() {
+        assert_eq!(policies(&file("1-intermittent-outage.yaml")), POLICIES);
+        assert_eq!(policies(&file("3-producer-surge.yaml")), POLICIES);
         let mut none = file("1-intermittent-outage.yaml");
         none.targets.clear();
         assert!(policies(&none).is_empty());
@@ -599,10 +866,24 @@ mod tests {
                 targets: vec![TargetSweep {
                     target: t,
                     values: vec![(101, Some(1.0)), (102, Some(37.0)), (103, Some(0.0))],
+                    by_policy: vec![
+                        (
+                            GREEDY_KEDA,
+                            vec![(101, Some(900.0)), (102, Some(70.0)), (103, Some(1500.0))],
+                        ),
+                        (
+                            BP_STATIC,
+                            vec![(101, Some(1.0)), (102, Some(3.0)), (103, None)],
+                        ),
+                        (
+                            BP_OURS,
+                            vec![(101, Some(1.0)), (102, Some(37.0)), (103, Some(0.0))],
+                        ),
+                    ],
                 }],
             }],
             seeds: 3,
-            runs: 3,
+            runs: 9,
             events: 1,
             sim_secs: 1.0,
         };
@@ -629,6 +910,219 @@ mod tests {
             ),
             "{md}"
         );
+        // The comparison: per policy median / worst / met; "—" where a policy has no values.
+        assert!(
+            md.contains(
+                "| scenario 1 | DLQ <= 1 | 900 / 1500 (103) / 0 of 3 | 2 / not measurable (103) \
+                 / 1 of 3 | — | **1 / 37 (102) / 2 of 3** |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| scenario 1 | DLQ <= 1 | lower | 3 of 3 | 1 of 2 (1 tie); 1 not comparable | — |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "- **scenario 1, DLQ <= 1**: ours has median 1 (meets it on 2 of 3 seeds); the \
+                 best other median is 2 (backpressure + static, meets it on 1 of 3), the worst \
+                 900 (greedy + KEDA-like, meets it on 0 of 3). Seed by seed, ours is at least as \
+                 good as greedy + KEDA-like on 3 of 3 and backpressure + static on 1 of 2 (1 \
+                 tie); 1 not comparable."
+            ),
+            "{md}"
+        );
+    }
+
+    fn summary(dlq: u64, max_age: f64, held: f64) -> Summary {
+        Summary {
+            produced: 0,
+            completed: 0,
+            dead_lettered: dlq,
+            attempts: 0,
+            failed_attempts: 0,
+            goodput: None,
+            failure_rate: None,
+            failure_rate_peak: None,
+            max_age,
+            p99_wait: 0.0,
+            drain: None,
+            peak_load_after_recovery: None,
+            replica_hours: 0.0,
+            max_replicas: 0,
+            added_during_incident: 0,
+            held_secs: held,
+            held_fraction_incident: Some(held / 100.0),
+            throttled_fraction: 0.0,
+            max_backoff: 0.0,
+            ramp_stages: 0,
+            ramp_aborts: 0,
+        }
+    }
+
+    #[test]
+    fn every_policy_is_measured_like_ours_except_our_operator_states() {
+        let run = SeedRun {
+            scenario: file("1-intermittent-outage.yaml"),
+            summaries: vec![
+                (GREEDY_KEDA, summary(1200, 400.0, 0.0)),
+                (BP_STATIC, summary(0, 800.0, 0.0)),
+                (BP_OURS, summary(9, 100.0, 50.0)),
+            ],
+        };
+        let dlq = target(TargetMetric::Dlq, Some(1.0), None);
+        assert_eq!(report::policy_value(&run, &dlq, GREEDY_KEDA), Some(1200.0));
+        assert_eq!(report::policy_value(&run, &dlq, BP_STATIC), Some(0.0));
+        assert_eq!(
+            report::policy_value(&run, &dlq, BP_KEDA),
+            None,
+            "did not run"
+        );
+        assert_eq!(
+            report::policy_value(&run, &dlq, BP_OURS),
+            report::target_value(&run, &dlq)
+        );
+        // The relative target: each policy's age over greedy + KEDA-like's.
+        let age = target(TargetMetric::MaxAgeVsKeda, Some(1.1), None);
+        assert_eq!(report::policy_value(&run, &age, BP_STATIC), Some(2.0));
+        assert_eq!(report::policy_value(&run, &age, GREEDY_KEDA), Some(1.0));
+        assert_eq!(report::target_value(&run, &age), Some(0.25));
+        // Held and ramp stages exist only under our operator.
+        for m in [
+            TargetMetric::HeldSeconds,
+            TargetMetric::HeldFractionOfIncident,
+            TargetMetric::RampStages,
+        ] {
+            let t = target(m, None, Some(0.0));
+            assert!(report::policy_value(&run, &t, BP_OURS).is_some());
+            assert_eq!(report::policy_value(&run, &t, BP_STATIC), None);
+            assert_eq!(report::policy_value(&run, &t, GREEDY_KEDA), None);
+        }
+    }
+
+    #[test]
+    fn direction_comes_from_the_bound() {
+        assert_eq!(
+            better(&target(TargetMetric::Dlq, Some(1.0), None)),
+            Some(Better::Lower)
+        );
+        assert_eq!(
+            better(&target(TargetMetric::Goodput, None, Some(0.95))),
+            Some(Better::Higher)
+        );
+        assert_eq!(
+            better(&target(TargetMetric::Goodput, Some(1.0), Some(0.9))),
+            None
+        );
+        assert_eq!(better(&target(TargetMetric::Goodput, None, None)), None);
+    }
+
+    #[test]
+    fn head_to_head_counts_seeds_at_least_as_good() {
+        let ours = [
+            (1, Some(1.0)),
+            (2, Some(5.0)),
+            (3, Some(2.0)),
+            (4, Some(0.0)),
+        ];
+        let other = [
+            (1, Some(3.0)),
+            (2, Some(4.0)),
+            (3, Some(2.0)),
+            (4, Some(9.0)),
+        ];
+        // Lower is better: 1 < 3, 5 > 4, 2 = 2, 0 < 9.
+        assert_eq!(
+            head_to_head(Better::Lower, &ours, &other),
+            HeadToHead {
+                compared: 4,
+                at_least_as_good: 3,
+                ties: 1,
+                not_comparable: 0
+            }
+        );
+        // Higher is better: only 5 > 4 and the tie.
+        assert_eq!(
+            head_to_head(Better::Higher, &ours, &other),
+            HeadToHead {
+                compared: 4,
+                at_least_as_good: 2,
+                ties: 1,
+                not_comparable: 0
+            }
+        );
+        // Against itself: every seed a tie, whichever the direction.
+        for d in [Better::Lower, Better::Higher] {
+            let h = head_to_head(d, &ours, &ours);
+            assert_eq!((h.compared, h.at_least_as_good, h.ties), (4, 4, 4));
+        }
+        // Within 1e-12 is a tie, beyond is not.
+        let h = head_to_head(Better::Higher, &[(1, Some(1.0))], &[(1, Some(1.0 + 1e-13))]);
+        assert_eq!((h.at_least_as_good, h.ties), (1, 1));
+        let h = head_to_head(Better::Higher, &[(1, Some(1.0))], &[(1, Some(1.0 + 1e-9))]);
+        assert_eq!((h.at_least_as_good, h.ties), (0, 0));
+    }
+
+    #[test]
+    fn head_to_head_leaves_missing_values_out() {
+        // Ours missing on seed 2, the other on seed 3, the other lacks seed 4 altogether; the
+        // other's extra seed 9 is not one of ours.
+        let ours = [(1, Some(1.0)), (2, None), (3, Some(2.0)), (4, Some(0.0))];
+        let other = [(1, Some(3.0)), (2, Some(0.0)), (3, None), (9, Some(100.0))];
+        assert_eq!(
+            head_to_head(Better::Lower, &ours, &other),
+            HeadToHead {
+                compared: 1,
+                at_least_as_good: 1,
+                ties: 0,
+                not_comparable: 3
+            }
+        );
+        assert_eq!(
+            head_to_head(Better::Higher, &ours, &other),
+            HeadToHead {
+                compared: 1,
+                at_least_as_good: 0,
+                ties: 0,
+                not_comparable: 3
+            }
+        );
+        assert_eq!(
+            head_to_head(Better::Lower, &[], &other),
+            HeadToHead {
+                compared: 0,
+                at_least_as_good: 0,
+                ties: 0,
+                not_comparable: 0
+            }
+        );
+    }
+
+    #[test]
+    fn comparator_medians_are_ordered_best_first() {
+        let values = |m: f64| vec![(1, Some(m)), (2, Some(m)), (3, None)];
+        let mut t = TargetSweep {
+            target: target(TargetMetric::Goodput, None, Some(0.95)),
+            values: values(0.9),
+            by_policy: vec![
+                (GREEDY_KEDA, values(0.5)),
+                (BP_STATIC, values(0.99)),
+                (BP_KEDA, vec![(1, None), (2, None)]),
+                (BP_OURS, values(0.9)),
+            ],
+        };
+        // Higher is better; ours and the policy without a median are left out.
+        assert_eq!(
+            comparator_medians(&t),
+            [(BP_STATIC, 0.99), (GREEDY_KEDA, 0.5)]
+        );
+        t.target = target(TargetMetric::Goodput, Some(0.95), None);
+        assert_eq!(
+            comparator_medians(&t),
+            [(GREEDY_KEDA, 0.5), (BP_STATIC, 0.99)]
+        );
     }
 
     #[test]
@@ -638,9 +1132,21 @@ mod tests {
         let one = run(std::slice::from_ref(&s), 2, 1).unwrap();
         let two = run(std::slice::from_ref(&s), 2, 2).unwrap();
         assert_eq!(one, two);
-        assert_eq!(one.runs, 4);
+        assert_eq!(one.runs, 8);
         let t = &one.scenarios[0].targets[0];
         assert_eq!(t.values.len(), 2);
+        // Every policy measured with the same metric; ours is the target's value, and the
+        // comparator of the relative target is 1x against itself.
+        let by: Vec<Policy> = t.by_policy.iter().map(|(p, _)| *p).collect();
+        assert_eq!(by, POLICIES);
+        assert_eq!(t.by_policy[3].1, t.values);
+        assert!(
+            t.by_policy[0]
+                .1
+                .iter()
+                .all(|(_, v)| v.is_some_and(|x| (x - 1.0).abs() < 1e-12)),
+            "{t:?}"
+        );
         assert!(t.values.iter().all(|(_, v)| v.is_some()), "{t:?}");
         assert_ne!(t.values[0].1, t.values[1].1, "two seeds, the same value");
         assert!(matches!(run(&[s], 0, 1), Err(SweepError::NoSeeds)));
