@@ -91,6 +91,9 @@ pub fn desired<'a>(
                     if let Some(t) = &b.expires_at {
                         m.push_str(&format!(" until {}", t.0));
                     }
+                    if let Some(r) = b.reason.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
+                        m.push_str(&format!(": {r}"));
+                    }
                 }
                 (Some(b), Some(false)) => {
                     if let Some(t) = &b.expires_at {
@@ -316,7 +319,7 @@ mod tests {
         p.spec.brake = Some(Brake {
             min_backoff: 0.8,
             expires_at: Some(Time(t(60))),
-            reason: None,
+            reason: Some("INC-1234: halve intake".into()),
         });
         let objects = [wbp("a", "x")];
         let on = desired(&p, namespaces_of(&objects), &labels(), t(0));
@@ -326,6 +329,7 @@ mod tests {
             msg.contains("emergency brake minBackoff 0.8 in force until"),
             "{msg}"
         );
+        assert!(msg.ends_with(": INC-1234: halve intake"), "{msg}");
         p.status = Some(on.clone());
         // Same world later: identical status (nothing to write).
         assert_eq!(desired(&p, namespaces_of(&objects), &labels(), t(30)), on);

@@ -781,11 +781,7 @@ impl<'a> Ctx<'a> {
             sizing.basis
         );
         if let Some(brake) = &self.eff.brake {
-            let _ = write!(
-                out.reason,
-                "; emergency brake {:.2} from policy {} in force",
-                brake.min_backoff, brake.policy
-            );
+            let _ = write!(out.reason, "; {brake}");
         }
         out
     }
@@ -1253,18 +1249,27 @@ impl<'a> Ctx<'a> {
             return b.build();
         }
 
+        // An emergency brake throttles the workers whatever the regime: say so where people look.
+        let brake = eff
+            .brake
+            .as_ref()
+            .map(|b| format!("; {b}"))
+            .unwrap_or_default();
         match &out.metrics {
             Ok(_) => b.set(
                 cond::READY,
                 CondStatus::True,
                 "Reconciled",
-                format!("regime {regime}: desired {} replicas{dry}", out.desired),
+                format!(
+                    "regime {regime}: desired {} replicas{dry}{brake}",
+                    out.desired
+                ),
             ),
             Err(why) => b.set(
                 cond::READY,
                 CondStatus::False,
                 "MetricsUnavailable",
-                format!("{why}; desired {} replicas{dry}", out.desired),
+                format!("{why}; desired {} replicas{dry}{brake}", out.desired),
             ),
         }
 

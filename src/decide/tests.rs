@@ -965,12 +965,11 @@ fn hold_reason_names_the_brake() {
     w.step(0);
     let d = w.step(30);
     assert_eq!(d.action, HoldScaleOut);
-    assert!(
-        d.reason
-            .contains("emergency brake 0.50 from policy fleet-brake in force"),
-        "{}",
-        d.reason
-    );
+    let said = "emergency brake 0.50 from policy fleet-brake: incident 42";
+    assert!(d.reason.contains(said), "{}", d.reason);
+    // Whatever the regime, Ready says the workers are braked, and why.
+    let ready = condition(&d.status, cond::READY);
+    assert!(ready.message.contains(said), "{}", ready.message);
 }
 
 #[test]

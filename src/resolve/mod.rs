@@ -302,6 +302,24 @@ pub struct EffectiveBrake {
     pub policy: String,
 }
 
+impl fmt::Display for EffectiveBrake {
+    /// `emergency brake 0.50 from policy P until T: reason`, for conditions and events.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "emergency brake {:.2} from policy {}",
+            self.min_backoff, self.policy
+        )?;
+        if let Some(t) = self.expires_at {
+            write!(f, " until {t}")?;
+        }
+        match self.reason.as_deref().map(str::trim) {
+            Some(r) if !r.is_empty() => write!(f, ": {r}"),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Where a layer's values come from.
 #[derive(Debug, Clone, Copy)]
 enum Source<'a> {
