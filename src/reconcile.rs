@@ -566,8 +566,6 @@ async fn report_invalid(
     Ok(Action::requeue(jitter(ctx.settings.requeue_interval, wbp)))
 }
 
-/// The target cannot be read: Ready=False with the reason, a Warning event when it changes,
-/// nothing written to any target.
 /// Another, older object names the same target and acts on it: report the conflict and touch
 /// nothing (no config push, no scale, no guard), so the two never fight over the replicas.
 async fn report_conflict(
@@ -590,6 +588,8 @@ async fn report_conflict(
     Ok(Action::requeue(jitter(ctx.settings.requeue_interval, wbp)))
 }
 
+/// The target cannot be read: Ready=False with the reason, a Warning event when it changes,
+/// nothing written to any target.
 async fn report_target_error(
     wbp: &WorkerBackpressure,
     ctx: &Context,
