@@ -49,7 +49,8 @@ pub struct StatusRow {
     pub since_seconds: Option<i64>,
     /// A manual hold (`kubectl wbp hold`) in force until this time (RFC 3339).
     pub held_until: Option<String>,
-    /// DryRun, by `spec.mode` or by the `kubectl wbp dry-run` annotation.
+    /// DryRun: by `spec.mode`, the `kubectl wbp dry-run` annotation, or (as the operator last
+    /// reported in `status.dryRunBy`) a policy.
     pub dry_run: bool,
 }
 
@@ -80,7 +81,9 @@ fn row(w: &WorkerBackpressure, now: Timestamp) -> StatusRow {
         queue_age: f.and_then(|f| f.queue_age),
         since_seconds: since,
         held_until: manual.hold_until.map(|t| t.to_string()),
-        dry_run: manual.dry_run || w.spec.mode == Some(Mode::DryRun),
+        dry_run: manual.dry_run
+            || w.spec.mode == Some(Mode::DryRun)
+            || s.is_some_and(|s| s.dry_run_by.is_some()),
     }
 }
 
@@ -490,5 +493,19 @@ mod tests {
             serde_json::from_str(&explain(&held, &[], Output::Json, now).unwrap()).unwrap();
         assert_eq!(j["heldUntil"], "2026-11-30T10:35:00Z");
         assert_eq!(j["dryRunByAnnotation"], true);
+    }
+
+    #[test]
+    fn a_policy_dry_run_shows_in_the_table() {
+        let now: Timestamp = "2026-11-30T10:05:00Z".parse().unwrap();
+        let mut by_policy = wbp("a", "fleet-dry", Regime::Backlogged);
+        if let Some(s) = by_policy.status.as_mut() {
+            s.dry_run_by = Some("policy fleet".into());
+        }
+        let items = vec![by_policy, wbp("a", "acting", Regime::Backlogged)];
+        let t = status_table(&items, Output::Table, now, 120).unwrap();
+        let line = |name: &str| t.lines().find(|l| l.contains(name)).unwrap().to_owned();
+        assert!(line("fleet-dry").contains("Backlogged (dry-run)"), "{t}");
+        assert!(!line("acting").contains("(dry-run)"), "{t}");
     }
 }

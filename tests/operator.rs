@@ -383,6 +383,7 @@ async fn dry_run_reports_decisions_and_never_scales() {
     })
     .await;
     assert!(s.replicas.as_ref().unwrap().desired > 2 || d.to > 2);
+    assert_eq!(s.dry_run_by.as_deref(), Some("spec.mode"));
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(w.replicas().await, 2, "DryRun wrote to the target");
     assert!(

@@ -1187,6 +1187,7 @@ impl<'a> Ctx<'a> {
             last_decision,
             policies: (!eff.policies.is_empty()).then(|| eff.policies.clone()),
             overrides,
+            dry_run_by: eff.dry_run_by.clone().filter(|_| eff.dry_run),
             // Guard mode's clamp is reported by the caller after acting; carried until then.
             guard: prev.and_then(|p| p.guard.clone()),
             conditions: Some(conditions),

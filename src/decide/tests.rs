@@ -508,6 +508,7 @@ fn dry_run_reports_and_never_changes_the_target() {
     assert_eq!(w.current, 8, "the target never changes");
     let rec = d.status.last_decision.as_ref().unwrap();
     assert_eq!((rec.dry_run, rec.from, rec.to), (Some(true), 8, 14));
+    assert_eq!(d.status.dry_run_by.as_deref(), Some("spec.mode"));
     let ev = d.events.iter().find(|e| e.reason == "ScaledOut").unwrap();
     assert!(
         ev.message
@@ -539,6 +540,10 @@ fn dry_run_reports_and_never_changes_the_target() {
         ],
     );
     assert_eq!(w.current, 8);
+    // Out of DryRun, the status says so at once (not only at the next decision record).
+    w.eff.dry_run = false;
+    w.eff.dry_run_by = None;
+    assert_eq!(w.peek().status.dry_run_by, None);
 }
 
 #[test]

@@ -539,6 +539,12 @@ pub struct WorkerBackpressureStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<BTreeMap<String, String>>,
 
+    /// Set while the object is in DryRun, naming what put it there: `spec.mode`, the
+    /// `kubectl wbp dry-run` annotation, or a BackpressurePolicy. Decisions are then computed
+    /// and reported but never applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run_by: Option<String>,
+
     /// Guard mode: the autoscaler the operator clamps and how it is clamped right now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<GuardStatus>,
