@@ -11,7 +11,9 @@
 //! Then every matching policy's `spec.limits` applies, whatever the source of the value (limits
 //! always win): `maxSetPoint`, `maxReplicas` and `maxScaleUpPods` lower a value (the most
 //! restrictive limit of all policies binds), `requiredRampStages` replaces the stages (the
-//! first policy in precedence order that requires stages wins), and `allowedModes` (the
+//! first policy in precedence order that requires stages wins; other policies that require
+//! different stages are named in the override as a conflict: admission checks every policy),
+//! and `allowedModes` (the
 //! intersection of all policies' lists) replaces a mode that is not allowed by `DryRun`, else
 //! `Active`, else `Guard`. Each such change is recorded in [`Effective::overrides`] as field
 //! path → description, for `status.overrides`.
@@ -994,15 +996,40 @@ fn apply_limits(r: &mut Resolver<'_>, eff: &mut Effective, policies: &[PolicyInp
                 ),
                 message,
             );
-        } else if eff.scaling.ramp_up.stages != required {
-            eff.overrides.insert(
-                "spec.scaling.rampUp.stages".into(),
-                format!(
+        } else {
+            // Policies further down that require other stages lose here, but admission checks
+            // every policy: an object that sets its stages cannot satisfy them all. Say so.
+            let clash: Vec<String> = policies
+                .iter()
+                .filter_map(|q| {
+                    limits(q)
+                        .required_ramp_stages
+                        .filter(|other| *other != required)
+                        .map(|other| format!("policy {} requires {other:?}", q.name))
+                })
+                .collect();
+            let mut note = String::new();
+            if eff.scaling.ramp_up.stages != required {
+                note = format!(
                     "{:?} replaced by {required:?} required by policy {}",
                     eff.scaling.ramp_up.stages, p.name
-                ),
-            );
-            eff.scaling.ramp_up.stages = required;
+                );
+                eff.scaling.ramp_up.stages = required.clone();
+            }
+            if !clash.is_empty() {
+                if note.is_empty() {
+                    note = format!("{required:?} required by policy {}", p.name);
+                }
+                note.push_str(&format!(
+                    "; conflicting limits: {} (the first policy in precedence wins here, and \
+                     admission rejects an object that sets stages until the policies agree)",
+                    clash.join(", ")
+                ));
+            }
+            if !note.is_empty() {
+                eff.overrides
+                    .insert("spec.scaling.rampUp.stages".into(), note);
+            }
         }
     }
 

@@ -535,3 +535,58 @@ fn config_generation_keeps_growing_across_a_recreated_object() {
         i64::MAX
     );
 }
+
+#[test]
+fn conflicting_required_ramp_stages_are_reported() {
+    let requiring = |name: &str, priority: i32, stages: Vec<i32>| {
+        policy(
+            name,
+            Some(priority),
+            BackpressurePolicySpec {
+                limits: Some(PolicyLimits {
+                    required_ramp_stages: Some(stages),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+    };
+    // Two policies that agree: no conflict, and the built-in stages are replaced as before.
+    let agree = vec![
+        requiring("a", 5, vec![10, 50, 100]),
+        requiring("b", 1, vec![10, 50, 100]),
+    ];
+    let eff = resolve(&spec(), &inputs(&agree), now()).unwrap();
+    assert_eq!(eff.scaling.ramp_up.stages, vec![10, 50, 100]);
+    let note = &eff.overrides["spec.scaling.rampUp.stages"];
+    assert!(note.ends_with("required by policy a"), "{note}");
+
+    // Two that differ: the first in precedence wins, and the clash is said.
+    let clash = vec![
+        requiring("a", 5, vec![10, 50, 100]),
+        requiring("b", 1, vec![20, 100]),
+    ];
+    let eff = resolve(&spec(), &inputs(&clash), now()).unwrap();
+    assert_eq!(eff.scaling.ramp_up.stages, vec![10, 50, 100]);
+    let note = &eff.overrides["spec.scaling.rampUp.stages"];
+    assert!(
+        note.contains("conflicting limits: policy b requires [20, 100]"),
+        "{note}"
+    );
+
+    // The clash is said even when the object already has the winning stages.
+    let mut s = spec();
+    s.scaling = Some(ScalingSpec {
+        ramp_up: Some(RampUpSpec {
+            stages: Some(vec![10, 50, 100]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let eff = resolve(&s, &inputs(&clash), now()).unwrap();
+    let note = &eff.overrides["spec.scaling.rampUp.stages"];
+    assert!(
+        note.starts_with("[10, 50, 100] required by policy a; conflicting limits"),
+        "{note}"
+    );
+}
