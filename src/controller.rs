@@ -258,7 +258,7 @@ pub async fn run(
         tokens: TokenSource::new(identity),
         recorder: Recorder::new(
             client.clone(),
-            crate::FIELD_MANAGER.into(),
+            backpressure_api::FIELD_MANAGER.into(),
             reporter_instance,
         ),
         kinds: KindCache::default(),

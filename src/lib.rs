@@ -1,9 +1,8 @@
 //! backpressure-operator: reconciles `WorkerBackpressure` objects.
 //!
 //! Where things are:
-//! - [`decide`]: the pure decision (no client, no clock, no randomness), shared with the
-//!   simulator;
-//! - [`resolve`]: the pure precedence of spec, policies and defaults;
+//! - `backpressure_core` (its own crate, no client): `resolve`, the precedence of spec,
+//!   policies and defaults, and `decide`, the pure decision shared with the simulator;
 //! - [`observe`], [`act`], [`reconcile`]: the I/O around them, as named steps;
 //! - [`policy_status`]: what each BackpressurePolicy applies to, in its status;
 //! - [`controller`], [`leader`], [`admin`], [`metrics`], [`telemetry`], [`cli`]: the runtime.
@@ -13,22 +12,17 @@ pub mod admin;
 pub mod annotations;
 pub mod cli;
 pub mod controller;
-pub mod decide;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod plugin;
 pub mod policy_status;
 pub mod reconcile;
-pub mod resolve;
 pub mod telemetry;
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
-
-/// Field manager of every server-side apply the operator makes (status, ConfigMaps).
-pub const FIELD_MANAGER: &str = "backpressure-operator";
 
 /// Runs the operator with `args` until SIGTERM or Ctrl-C (or lost leadership, an error).
 pub async fn run(args: cli::RunArgs) -> anyhow::Result<()> {

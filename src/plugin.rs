@@ -357,7 +357,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn wbp(ns: &str, name: &str, regime: Regime) -> WorkerBackpressure {
-        let mut w = crate::decide::fixtures::wbp(ns, name);
+        let mut w = backpressure_core::decide::fixtures::wbp(ns, name);
         let t: Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
         w.status = Some(WorkerBackpressureStatus {
             regime: Some(regime),

@@ -4,7 +4,7 @@
 //!
 //! [`desired`] computes a policy's status from the operator's caches (pure, `now` passed in);
 //! [`run`] recomputes every policy's status every few seconds and writes it with server-side
-//! apply (field manager [`crate::FIELD_MANAGER`]) only when it differs from what is stored. The
+//! apply (field manager [`backpressure_api::FIELD_MANAGER`]) only when it differs from what is stored. The
 //! brake's `expiresAt` is honoured to within that interval.
 
 use std::collections::{BTreeMap, HashMap};
@@ -25,8 +25,8 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, watcher};
 
-use crate::FIELD_MANAGER;
-use crate::resolve::{brake_active, namespace_selector_matches};
+use backpressure_api::FIELD_MANAGER;
+use backpressure_core::resolve::{brake_active, namespace_selector_matches};
 
 /// Namespace name → its labels.
 pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
@@ -258,7 +258,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::decide::fixtures::wbp;
+    use backpressure_core::decide::fixtures::wbp;
 
     fn policy(spec: serde_json::Value) -> BackpressurePolicy {
         let mut p = BackpressurePolicy::new(

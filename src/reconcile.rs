@@ -5,7 +5,7 @@
 //! | [`resolve_step`] | no (caches) | spec + matching policies + defaults + annotations → `Effective` |
 //! | [`observe_step`] | yes | target `/scale`, its pods (cache), batched fleet metrics |
 //! | [`config_step`] | yes | the worker ConfigMap and config pushes → pods in sync |
-//! | `decide` | no | [`crate::decide::decide`]: regime, replicas, ramp, conditions, events |
+//! | `decide` | no | [`backpressure_core::decide::decide`]: regime, replicas, ramp, conditions, events |
 //! | [`scale_step`] | yes | `/scale`, in Active mode only |
 //! | [`guard_step`] | yes | Guard mode: clamp or restore the guarded HPA / ScaledObject ([`act::guard`]) |
 //! | [`report_step`] | yes | server-side-applied status (only when it changed), events |
@@ -30,15 +30,15 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource as _, ResourceExt as _};
 
-use crate::FIELD_MANAGER;
 use crate::act::{self, Note, configmap, guard};
 use crate::annotations;
 use crate::controller::Context;
-use crate::decide::{self, Observation};
 use crate::observe::owners::Ownership;
 use crate::observe::target::{self, PodInfo, TargetError, TargetState};
 use crate::observe::{self, FleetMetrics, MetricsError};
-use crate::resolve::{self, Effective, PolicyInput, ResolveError};
+use backpressure_api::FIELD_MANAGER;
+use backpressure_core::decide::{self, Observation};
+use backpressure_core::resolve::{self, Effective, PolicyInput, ResolveError};
 
 /// Errors that make a reconcile retry sooner. Problems with the object itself (a bad spec, a
 /// missing target, metrics down) are not errors: they are reported in status and events.

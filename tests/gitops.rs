@@ -26,15 +26,15 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use backpressure_api::FIELD_MANAGER;
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureSpec, WorkerBackpressureStatus};
+use backpressure_core::decide::{self, FleetMetrics, Observation};
+use backpressure_core::resolve::{self, FieldError, ResolveError};
 use backpressure_envtest::{Prometheus, repo_root};
-use backpressure_operator::FIELD_MANAGER;
 use backpressure_operator::act::guard;
 use backpressure_operator::annotations;
-use backpressure_operator::decide::{self, FleetMetrics, Observation};
-use backpressure_operator::resolve::{self, FieldError, ResolveError};
 use common::fleet::{FakeFleet, backlog, failing};
 use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
 use common::pods;

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureSpec, WorkerBackpressureStatus};
-use backpressure_operator::resolve;
+use backpressure_core::resolve;
 use common::fakeprom::{FakeProm, PromMode};
 use common::fleet::{FakeFleet, backlog, steady};
 use common::operator::Operator;

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
-use crate::FIELD_MANAGER;
+use backpressure_api::FIELD_MANAGER;
 
 /// Label on every ConfigMap the operator owns (the operator watches only these).
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

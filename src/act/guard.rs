@@ -14,7 +14,7 @@
 //! annotation, so the autoscaler's spec and annotations are exactly what they were.
 //!
 //! Every write is a JSON merge patch touching only those fields (field manager
-//! [`crate::FIELD_MANAGER`]), with the `resourceVersion` read as a precondition, and is made
+//! [`backpressure_api::FIELD_MANAGER`]), with the `resourceVersion` read as a precondition, and is made
 //! only when it changes something. Nothing here scales the target.
 
 use backpressure_api::conditions as cond;
@@ -24,9 +24,9 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::FIELD_MANAGER;
-use crate::decide::{self, Decision};
-use crate::resolve::Effective;
+use backpressure_api::FIELD_MANAGER;
+use backpressure_core::decide::{self, Decision};
+use backpressure_core::resolve::Effective;
 
 /// Annotation on a guarded HPA or ScaledObject holding the original values of the clamped
 /// fields (see the module documentation).
@@ -657,7 +657,7 @@ mod tests {
         use backpressure_api::v1alpha1::Mode;
 
         use super::super::{Clamp, clamp_for};
-        use crate::decide::fixtures::{Queue, World, effective};
+        use backpressure_core::decide::fixtures::{Queue, World, effective};
 
         fn guard_world() -> World {
             let mut eff = effective(|_| {});

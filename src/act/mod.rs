@@ -21,10 +21,10 @@ pub struct Note {
     pub message: String,
 }
 
-impl From<&crate::decide::DecisionEvent> for Note {
-    fn from(e: &crate::decide::DecisionEvent) -> Self {
+impl From<&backpressure_core::decide::DecisionEvent> for Note {
+    fn from(e: &backpressure_core::decide::DecisionEvent) -> Self {
         Note {
-            warning: e.type_ == crate::decide::EventType::Warning,
+            warning: e.type_ == backpressure_core::decide::EventType::Warning,
             reason: e.reason.to_owned(),
             action: e.action.to_owned(),
             message: e.message.clone(),

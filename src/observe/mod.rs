@@ -13,9 +13,9 @@ use kube::api::Api;
 
 use crate::observe::prometheus::{MetricsHub, PromAuth, QueryError};
 use crate::observe::promql::{MetricKind, Sample};
-use crate::resolve::EffectiveMetrics;
+use backpressure_core::resolve::EffectiveMetrics;
 
-pub use crate::decide::FleetMetrics;
+pub use backpressure_core::decide::FleetMetrics;
 
 /// Why metrics could not be read (as opposed to being unknown).
 #[derive(Debug, thiserror::Error)]

@@ -166,7 +166,7 @@ pub async fn write_scale(
     // A dedicated field manager: `spec.replicas` shows as owned by the operator, and GitOps
     // tools can tell its writes from theirs.
     let params = kube::api::PatchParams {
-        field_manager: Some(crate::FIELD_MANAGER.into()),
+        field_manager: Some(backpressure_api::FIELD_MANAGER.into()),
         ..Default::default()
     };
     api.patch_scale(name, &params, &kube::api::Patch::Merge(&patch))

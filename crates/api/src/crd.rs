@@ -1,6 +1,6 @@
 //! The CustomResourceDefinitions generated from the types, as committed under `crds/`.
 
-use kube::CustomResourceExt;
+use kube_core::CustomResourceExt;
 
 use crate::v1alpha1::{BackpressurePolicy, WorkerBackpressure};
 

@@ -16,3 +16,8 @@ pub mod wire;
 
 pub use duration::Duration;
 pub use v1alpha1::{BackpressurePolicy, WorkerBackpressure};
+
+/// Field manager of every server-side apply and `/scale` update the operator makes (status,
+/// ConfigMaps, autoscaler clamps, replicas). Part of the API: GitOps tools are configured to
+/// ignore the fields this manager owns, so it never changes.
+pub const FIELD_MANAGER: &str = "backpressure-operator";

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
-use kube::{CustomResource, KubeSchema};
+use kube_derive::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +33,9 @@ pub const VERSION: &str = "v1alpha1";
 // Repeated `printcolumn(type_ = ...)` keys are separate columns, not duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "backpressure.dev",
     version = "v1alpha1",
     kind = "WorkerBackpressure",
@@ -138,6 +140,7 @@ pub struct WorkerBackpressureSpec {
 
 /// A reference to the scaled workload in the object's namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct TargetRef {
     /// API version of the target, for example `apps/v1`.
@@ -178,6 +181,7 @@ pub enum Mode {
 
 /// The autoscaler guarded in `Guard` mode.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct GuardRef {
     /// `HorizontalPodAutoscaler` (autoscaling/v2) or `ScaledObject` (keda.sh/v1alpha1).
@@ -199,6 +203,7 @@ pub enum GuardKind {
 
 /// The in-pod backpressure controller's configuration.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerSpec {
     /// Controller algorithm: `SetPoint` (default), `RatioThrottle`, `Fixed` or `Off`.
@@ -244,6 +249,7 @@ pub enum Algorithm {
 
 /// Probing while fully backed off.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.initialInterval) || !has(self.maxInterval) || duration(self.initialInterval) <= duration(self.maxInterval)").message("probe.initialInterval must not exceed probe.maxInterval").field_path(".initialInterval"))]
 pub struct ProbeSpec {
@@ -257,6 +263,7 @@ pub struct ProbeSpec {
 
 /// Metrics sources.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct MetricsSpec {
     /// The Prometheus that scrapes the workers and the queue.
@@ -286,6 +293,7 @@ pub struct MetricsSpec {
 
 /// Connection to Prometheus.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusSpec {
     /// Base URL of the Prometheus HTTP API, for example `http://prometheus.monitoring:9090`.
@@ -305,6 +313,7 @@ pub struct PrometheusSpec {
 
 /// A reference to a Secret in the same namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
     /// Name of the Secret.
@@ -314,6 +323,7 @@ pub struct SecretRef {
 
 /// PromQL overrides per metric kind.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct QueryOverrides {
     /// Fleet backoff factor in [0,1].
@@ -338,6 +348,7 @@ pub struct QueryOverrides {
 
 /// How replicas are chosen.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("(has(self.minReplicas) ? self.minReplicas : 1) <= (has(self.maxReplicas) ? self.maxReplicas : 10)").message("minReplicas must not exceed maxReplicas (defaults: 1 and 10)").field_path(".minReplicas"))]
 #[x_kube(validation = Rule::new("(has(self.release) && has(self.release.backoffBelow) ? self.release.backoffBelow : 0.05) < (has(self.hold) && has(self.hold.backoffAbove) ? self.hold.backoffAbove : 0.2)").message("release.backoffBelow must be below hold.backoffAbove (defaults: 0.05 and 0.2)").field_path(".release.backoffBelow"))]
@@ -384,6 +395,7 @@ pub struct ScalingSpec {
 
 /// Hold: no scale-out while the fleet is backed off.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct HoldSpec {
     /// Fleet backoff above which scale-out is held. Defaults to 0.2.
@@ -400,6 +412,7 @@ pub struct HoldSpec {
 
 /// Release: the end of a hold.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseSpec {
     /// Fleet backoff below which a hold may end. Must be below `hold.backoffAbove`.
@@ -414,6 +427,7 @@ pub struct ReleaseSpec {
 
 /// Scale-out limits per period: the larger of `maxPods` and `maxPercent` of current replicas.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleUpSpec {
     /// Pods that may be added per period. Defaults to 4.
@@ -431,6 +445,7 @@ pub struct ScaleUpSpec {
 
 /// Scale-in limits and stabilization.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleDownSpec {
     /// Percent of current replicas that may be removed per period. Defaults to 10.
@@ -447,6 +462,7 @@ pub struct ScaleDownSpec {
 
 /// The staged ramp after recovery.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct RampUpSpec {
     /// Percent of the way from the held replicas to the backlog-sized target at each stage:
@@ -470,6 +486,7 @@ pub struct RampUpSpec {
 
 /// Fallback while metrics are unavailable.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.policy) || self.policy == 'Hold' || has(self.replicas)").message("replicas is required for the Static and IfHigher policies").field_path(".replicas").reason(Reason::FieldValueRequired))]
 pub struct MetricsFallback {
@@ -497,6 +514,7 @@ pub enum FallbackPolicy {
 
 /// What the operator observed and decided, and why.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerBackpressureStatus {
     /// The `metadata.generation` this status was computed from.
@@ -558,6 +576,7 @@ pub struct WorkerBackpressureStatus {
 
 /// The guarded autoscaler and its clamp.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct GuardStatus {
     /// `HorizontalPodAutoscaler` or `ScaledObject`.
@@ -642,6 +661,7 @@ impl Regime {
 
 /// Replica counts.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
     /// Replicas of the target at the last observation.
@@ -654,6 +674,7 @@ pub struct ReplicaStatus {
 
 /// A staged ramp.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct RampStatus {
     /// The stage reached, 1-based.
@@ -677,6 +698,7 @@ pub struct RampStatus {
 
 /// State carried between reconciles for hysteresis and stabilization.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct TrackingStatus {
     /// Since when fleet backoff has been above `hold.backoffAbove` without interruption.
@@ -698,6 +720,7 @@ pub struct TrackingStatus {
 
 /// A recommendation that held from `since` until the next point.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct RecommendationPoint {
     /// When this recommendation was first made.
@@ -708,6 +731,7 @@ pub struct RecommendationPoint {
 
 /// A fleet snapshot. Absent values were unknown (missing, NaN or stale), never zero.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct FleetStatus {
     /// Mean backoff factor of the fleet, in [0,1].
@@ -738,6 +762,7 @@ pub struct FleetStatus {
 
 /// Worker configuration rollout.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigStatus {
     /// Content hash of the rendered worker configuration.
@@ -813,6 +838,7 @@ impl Action {
 
 /// One decision, with its reason in words and numbers.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionRecord {
     /// When it was made.
@@ -839,7 +865,9 @@ pub struct DecisionRecord {
 /// name), then built-in defaults; limits always win.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "backpressure.dev",
     version = "v1alpha1",
     kind = "BackpressurePolicy",
@@ -898,6 +926,7 @@ pub struct BackpressurePolicySpec {
 
 /// Defaults a policy supplies.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyDefaults {
     /// Default mode.
@@ -916,6 +945,7 @@ pub struct PolicyDefaults {
 
 /// Limits a policy enforces.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyLimits {
     /// Largest allowed `spec.worker.setPoint`.
@@ -943,6 +973,7 @@ pub struct PolicyLimits {
 
 /// The emergency brake.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct Brake {
     /// Minimum backoff every matched worker applies, in [0,1]; 1 stops taking new messages
@@ -960,6 +991,7 @@ pub struct Brake {
 
 /// What a policy currently applies to.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct BackpressurePolicyStatus {
     /// The `metadata.generation` this status was computed from.

@@ -1,8 +1,8 @@
 //! "Ours": the operator's real decision code.
 //!
-//! Each decision calls `backpressure_operator::decide::decide` exactly as the operator's
+//! Each decision calls `backpressure_core::decide::decide` exactly as the operator's
 //! reconcile loop does: the effective configuration comes from
-//! `backpressure_operator::resolve::resolve` of a `WorkerBackpressureSpec` built from the
+//! `backpressure_core::resolve::resolve` of a `WorkerBackpressureSpec` built from the
 //! scenario (no policies), the observation carries the simulated time as a `jiff::Timestamp`
 //! (a fixed epoch plus the simulated seconds), and the status returned by one decision is the
 //! `previous` status of the next. The next decision is due after the returned `requeueAfter`
@@ -14,8 +14,8 @@ use backpressure_api::duration::Duration as ApiDuration;
 use backpressure_api::v1alpha1::{
     ProbeSpec, ScalingSpec, TargetRef, WorkerBackpressureSpec, WorkerBackpressureStatus, WorkerSpec,
 };
-use backpressure_operator::decide::{self, FleetMetrics};
-use backpressure_operator::resolve::{self, Effective, ResolveError};
+use backpressure_core::decide::{self, FleetMetrics};
+use backpressure_core::resolve::{self, Effective, ResolveError};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{Autoscaler, Decision, Observation};

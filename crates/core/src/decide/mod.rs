@@ -58,8 +58,8 @@
 //! decision or a regime change, and condition transition times move only on a status change.
 
 mod conditions;
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "testing"))]
+pub mod fixtures;
 #[cfg(test)]
 mod proptests;
 pub mod sizing;
