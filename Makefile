@@ -6,7 +6,10 @@ SHELL := /bin/bash
 CARGO ?= cargo
 # Where tools/k8s/build.sh caches the Go-built binaries (outside the repository).
 export BP_CACHE ?= $(HOME)/.cache/backpressure-operator
-K8S_BIN = $(shell tools/k8s/build.sh 2>/dev/null | tail -n1)
+# The directory of the Go-built binaries, computed on first use and at most once per make run
+# (tools/k8s/build.sh is a no-op when the cache is warm). Its progress and errors go to the
+# terminal; a failure stops make with the script's status. `make unit` never evaluates it.
+K8S_BIN = $(eval K8S_BIN := $$(shell tools/k8s/build.sh | tail -n1))$(if $(filter 0,$(.SHELLSTATUS)),,$(error tools/k8s/build.sh failed (exit $(.SHELLSTATUS)): see its output above))$(if $(K8S_BIN),,$(error tools/k8s/build.sh printed no bin directory))$(K8S_BIN)
 APT_PACKAGES := prometheus redis-server lua5.1
 CHART := charts/backpressure-operator
 # The lab and the operator are built in one cargo invocation (the whole workspace for the e2e
@@ -17,7 +20,7 @@ TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 
 .PHONY: help
 help: ## Show this help
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: deps
 deps: ## Install system packages (Prometheus, Redis) if missing
@@ -37,7 +40,7 @@ deps: ## Install system packages (Prometheus, Redis) if missing
 
 .PHONY: k8s-bins
 k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm, Prometheus, kstatus (cached by version)
-	@tools/k8s/build.sh >/dev/null
+	@echo "k8s-bins: $(K8S_BIN)"
 	@tools/kstatus/build.sh >/dev/null
 
 .PHONY: crds
@@ -63,10 +66,32 @@ manifests: k8s-bins ## Render and lint the kustomize tree and the Helm chart
 	$(K8S_BIN)/helm template bp $(CHART) --namespace backpressure-system --set prometheusRule.enabled=true >/dev/null
 	@echo "manifests: kustomize and helm render"
 
+# Tests that start no server (no kube-apiserver, Prometheus, Redis or kstatus): the pure core, the
+# API, the simulator, the worker library's in-process tests, and the operator's unit tests.
+UNIT_TESTS := \
+  -p backpressure-core -p backpressure-api -p backpressure-sim --all-targets ::: \
+  -p backpressure-worker --lib --bins --test hostile_config --test no_alloc ::: \
+  -p backpressure-operator --lib --bins ::: \
+  -p backpressure-lab --lib --bins -- --skip real_redis_semantics
+
+.PHONY: unit
+unit: lint ## The fast loop: fmt, clippy and every test that needs no server (no apt, no Go)
+	@set -- $(UNIT_TESTS); args=(); \
+	run() { echo "$(CARGO) test --locked $${args[*]}"; $(CARGO) test --locked -q "$${args[@]}"; }; \
+	for a in "$$@"; do if [ "$$a" = ":::" ]; then run; args=(); else args+=("$$a"); fi; done; run
+
+# The lab's three scenarios, asserting their recorded checks (after a workspace build).
+define run_e2e
+	$(CARGO) test --workspace --locked --no-run
+	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus \
+	  BP_OPERATOR_BIN=$(TARGET_DIR)/debug/backpressure-operator \
+	  $(CARGO) test --workspace --locked --test e2e -- --ignored --test-threads=1
+endef
+
 .PHONY: test
 test: deps k8s-bins lint manifests ## Install what is needed, lint, and run every test against real components (incl. e2e)
 	BP_K8S_BIN=$(K8S_BIN) $(CARGO) test --workspace --locked --no-fail-fast
-	$(MAKE) --no-print-directory e2e
+	$(run_e2e)
 
 .PHONY: demo
 demo: deps k8s-bins ## Run the lab's default scenario with real processes
@@ -77,10 +102,7 @@ demo: deps k8s-bins ## Run the lab's default scenario with real processes
 
 .PHONY: e2e
 e2e: deps k8s-bins ## The lab's three scenarios, asserting the recorded checks
-	$(CARGO) test --workspace --locked --no-run
-	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus \
-	  BP_OPERATOR_BIN=$(TARGET_DIR)/debug/backpressure-operator \
-	  $(CARGO) test --workspace --locked --test e2e -- --ignored --test-threads=1
+	$(run_e2e)
 
 .PHONY: bench
 bench: ## Simulator policy report (docs/sim/report.md) and seed sweep (docs/sim/sweep.md)
