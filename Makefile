@@ -52,7 +52,8 @@ fmt: ## Format the code
 	$(CARGO) fmt --all
 
 .PHONY: lint
-lint: ## cargo fmt --check and clippy -D warnings
+lint: ## cargo fmt --check, clippy -D warnings, and every document a comment cites exists
+	tools/check-doc-refs.sh
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 

@@ -13,7 +13,7 @@ const STARTUP_ROUND_TRIPS: f64 = 16.0;
 /// How fast the remembered peak of permits decays: one permit per this many nanoseconds.
 const PEAK_DECAY_PER_PERMIT: f64 = 3e9;
 
-/// The set-point integrator (see `research/algorithms.md` §10.2).
+/// The set-point integrator (the reasoning: `docs/algorithms.md` §2).
 ///
 /// State: an integrator `x` in `[-credit, 1]`; the backoff factor is `max(0, x)`.
 ///
