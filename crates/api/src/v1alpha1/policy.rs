@@ -1,0 +1,156 @@
+//! `BackpressurePolicy`: fleet-wide defaults, limits and the brake.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube_derive::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::{MetricsSpec, Mode, ScalingSpec, WorkerSpec};
+
+/// Fleet-wide defaults and guardrails for the WorkerBackpressure objects in the namespaces it
+/// selects. Precedence: the object's own value, then policies by descending priority (ties by
+/// name), then built-in defaults; limits always win.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[kube(
+    crates(kube_core = "::kube_core"),
+    group = "backpressure.dev",
+    version = "v1alpha1",
+    kind = "BackpressurePolicy",
+    plural = "backpressurepolicies",
+    singular = "backpressurepolicy",
+    shortname = "bpp",
+    category = "backpressure",
+    status = "BackpressurePolicyStatus",
+    printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
+    printcolumn(
+        name = "Matched",
+        type_ = "integer",
+        json_path = ".status.matchedObjects",
+        description = "WorkerBackpressure objects this policy applies to"
+    ),
+    printcolumn(name = "DryRun", type_ = "boolean", json_path = ".spec.dryRun"),
+    printcolumn(
+        name = "Brake",
+        type_ = "number",
+        json_path = ".spec.brake.minBackoff",
+        description = "Emergency minimum backoff"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackpressurePolicySpec {
+    /// Namespaces whose WorkerBackpressure objects this policy applies to. Empty selects all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+
+    /// Higher priority policies are consulted first for defaults. Defaults to 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1000, max = 1000))]
+    pub priority: Option<i32>,
+
+    /// Values for fields a WorkerBackpressure leaves unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<PolicyDefaults>,
+
+    /// Bounds every matched object must respect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PolicyLimits>,
+
+    /// Fleet-wide DryRun: matched objects decide and report but never write to their targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+
+    /// Emergency brake: a minimum backoff pushed to every matched worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brake: Option<Brake>,
+}
+
+/// Defaults a policy supplies.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyDefaults {
+    /// Default mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Default worker configuration fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerSpec>,
+    /// Default metrics fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsSpec>,
+    /// Default scaling fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<ScalingSpec>,
+}
+
+/// Limits a policy enforces.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyLimits {
+    /// Largest allowed `spec.worker.setPoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self < 1.0").message("maxSetPoint must be greater than 0 and less than 1"))]
+    pub max_set_point: Option<f64>,
+    /// Largest allowed `spec.scaling.maxReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_replicas: Option<i32>,
+    /// Largest allowed `spec.scaling.scaleUp.maxPods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_scale_up_pods: Option<i32>,
+    /// Ramp stages every matched object must use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 10), inner(range(min = 1, max = 100)))]
+    #[x_kube(merge_strategy = ListMerge::Set, validation = Rule::new("self.isSorted() && self[self.size() - 1] == 100").message("requiredRampStages must be strictly increasing and end at 100"))]
+    pub required_ramp_stages: Option<Vec<i32>>,
+    /// Modes matched objects may use. Empty allows all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 3))]
+    pub allowed_modes: Option<Vec<Mode>>,
+}
+
+/// The emergency brake.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct Brake {
+    /// Minimum backoff every matched worker applies, in [0,1]; 1 stops taking new messages
+    /// except probes.
+    #[x_kube(validation = Rule::new("self >= 0.0 && self <= 1.0").message("minBackoff must be between 0 and 1"))]
+    pub min_backoff: f64,
+    /// The brake lifts itself at this time, so a forgotten brake does not stay on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Time>,
+    /// Why the brake is on (shown in events and status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
+}
+
+/// What a policy currently applies to.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct BackpressurePolicyStatus {
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// WorkerBackpressure objects this policy matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_objects: Option<i32>,
+    /// Whether the brake is in force (false once expired).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brake_active: Option<bool>,
+    /// Ready and other conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Option<Vec<Condition>>,
+}

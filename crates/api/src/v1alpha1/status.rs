@@ -1,0 +1,354 @@
+//! `WorkerBackpressure` status: regime, replicas, ramp, fleet, config, decision.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube_derive::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::GuardKind;
+
+/// What the operator observed and decided, and why.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerBackpressureStatus {
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The regime the fleet is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regime: Option<Regime>,
+
+    /// Replica counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicaStatus>,
+
+    /// The staged ramp in progress, if any. The operator resumes it from here after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<RampStatus>,
+
+    /// Hysteresis and stabilization state the decision carries from one reconcile to the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracking: Option<TrackingStatus>,
+
+    /// The fleet snapshot the last decision used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetStatus>,
+
+    /// Worker configuration rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigStatus>,
+
+    /// The last scaling decision (hold, scale out, scale in, ramp stage...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<DecisionRecord>,
+
+    /// Policies applied to this object, by name, in precedence order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policies: Option<Vec<String>>,
+
+    /// Values a policy limit overrode: field path to a description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<BTreeMap<String, String>>,
+
+    /// Set while the object is in DryRun, naming what put it there: `spec.mode`, the
+    /// `kubectl wbp dry-run` annotation, or a BackpressurePolicy. Decisions are then computed
+    /// and reported but never applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run_by: Option<String>,
+
+    /// Guard mode: the autoscaler the operator clamps and how it is clamped right now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardStatus>,
+
+    /// Ready, DependencyHealthy, ScaleOutHeld, Ramping, MetricsAvailable, ConfigInSync,
+    /// PolicyLimited, and GuardApplied in Guard mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+/// The guarded autoscaler and its clamp.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct GuardStatus {
+    /// `HorizontalPodAutoscaler` or `ScaledObject`.
+    pub kind: GuardKind,
+    /// Name of the autoscaler in the object's namespace.
+    pub name: String,
+    /// What is clamped now.
+    pub clamp: GuardClamp,
+    /// The replica ceiling during a ramp (the HPA's `maxReplicas`, the ScaledObject's
+    /// `maxReplicaCount`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<i32>,
+}
+
+/// How a guarded autoscaler is clamped.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GuardClamp {
+    /// Nothing: the autoscaler runs with its original settings.
+    #[default]
+    None,
+    /// Scale-out disabled while held: HPA `behavior.scaleUp.selectPolicy: Disabled`, KEDA
+    /// annotation `autoscaling.keda.sh/paused-scale-out: "true"`.
+    ScaleOutDisabled,
+    /// During a ramp: the autoscaler may scale out up to `maxReplicas` only.
+    MaxReplicas,
+}
+
+/// The regimes of the fleet.
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+pub enum Regime {
+    /// The queue is served within its target age.
+    #[default]
+    Healthy,
+    /// The producer outpaces a healthy fleet: scale out.
+    Backlogged,
+    /// Backoff shows the dependency is failing: scale-out held.
+    DependencyFailing,
+    /// The dependency recovered: staged ramp in progress.
+    Recovering,
+    /// Metrics missing, stale or NaN: the fallback applies.
+    MetricsUnavailable,
+    /// `spec.suspend` is true.
+    Suspended,
+}
+
+impl Regime {
+    /// All regimes, in declaration order (metrics export every label value).
+    pub const ALL: [Regime; 6] = [
+        Regime::Healthy,
+        Regime::Backlogged,
+        Regime::DependencyFailing,
+        Regime::Recovering,
+        Regime::MetricsUnavailable,
+        Regime::Suspended,
+    ];
+
+    /// The name as written in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Regime::Healthy => "Healthy",
+            Regime::Backlogged => "Backlogged",
+            Regime::DependencyFailing => "DependencyFailing",
+            Regime::Recovering => "Recovering",
+            Regime::MetricsUnavailable => "MetricsUnavailable",
+            Regime::Suspended => "Suspended",
+        }
+    }
+}
+
+/// Replica counts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    /// Replicas of the target at the last observation.
+    pub current: i32,
+    /// Replicas the operator wants.
+    pub desired: i32,
+    /// What a backlog-only autoscaler would pick (no hold, no ramp).
+    pub recommended: i32,
+}
+
+/// A staged ramp.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct RampStatus {
+    /// The stage reached, 1-based.
+    pub stage: i32,
+    /// Number of stages.
+    pub of: i32,
+    /// Replicas when the ramp started.
+    pub from: i32,
+    /// Replicas the ramp is heading to.
+    pub to: i32,
+    /// When the current stage started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_started_at: Option<Time>,
+    /// When the next stage may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_stage_at: Option<Time>,
+    /// How many ramps were aborted back to hold since the last full recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborts: Option<i32>,
+}
+
+/// State carried between reconciles for hysteresis and stabilization.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct TrackingStatus {
+    /// Since when fleet backoff has been above `hold.backoffAbove` without interruption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_hold_since: Option<Time>,
+    /// Since when fleet backoff has been below `release.backoffBelow` without interruption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below_release_since: Option<Time>,
+    /// When the target was last scaled out by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_up: Option<Time>,
+    /// When the target was last scaled in by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_down: Option<Time>,
+    /// Recommendation change points inside the scale-down stabilization window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendations: Option<Vec<RecommendationPoint>>,
+}
+
+/// A recommendation that held from `since` until the next point.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationPoint {
+    /// When this recommendation was first made.
+    pub since: Time,
+    /// The recommended replicas.
+    pub replicas: i32,
+}
+
+/// A fleet snapshot. Absent values were unknown (missing, NaN or stale), never zero.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatus {
+    /// Mean backoff factor of the fleet, in [0,1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<f64>,
+    /// Dependency failures per attempt, in [0,1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_rate: Option<f64>,
+    /// Age in seconds of the oldest first-attempt message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_age: Option<f64>,
+    /// Messages waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<f64>,
+    /// Messages arriving per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_rate: Option<f64>,
+    /// Messages completed per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_rate: Option<f64>,
+    /// Ready pods of the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_pods: Option<i32>,
+    /// When the metrics were read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled_at: Option<Time>,
+}
+
+/// Worker configuration rollout.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigStatus {
+    /// Content hash of the rendered worker configuration.
+    pub hash: String,
+    /// Generation of the rendered configuration: grows by one whenever the hash changes, so
+    /// workers can refuse an older payload arriving late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Ready pods that report running this hash.
+    pub pods_in_sync: i32,
+    /// Ready pods of the target.
+    pub pods_total: i32,
+}
+
+/// Scaling actions.
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+pub enum Action {
+    /// Nothing to change.
+    #[default]
+    None,
+    /// Replicas increased for a backlog.
+    ScaleOut,
+    /// Replicas decreased.
+    ScaleIn,
+    /// Scale-out withheld because the dependency is failing.
+    HoldScaleOut,
+    /// A ramp stage started.
+    RampStage,
+    /// A ramp was aborted because backoff rose again.
+    AbortRamp,
+    /// The metrics-unavailable fallback was applied.
+    Fallback,
+}
+
+impl Action {
+    /// All actions, in declaration order.
+    pub const ALL: [Action; 7] = [
+        Action::None,
+        Action::ScaleOut,
+        Action::ScaleIn,
+        Action::HoldScaleOut,
+        Action::RampStage,
+        Action::AbortRamp,
+        Action::Fallback,
+    ];
+
+    /// The name as written in status and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "None",
+            Action::ScaleOut => "ScaleOut",
+            Action::ScaleIn => "ScaleIn",
+            Action::HoldScaleOut => "HoldScaleOut",
+            Action::RampStage => "RampStage",
+            Action::AbortRamp => "AbortRamp",
+            Action::Fallback => "Fallback",
+        }
+    }
+}
+
+/// One decision, with its reason in words and numbers.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord {
+    /// When it was made.
+    pub time: Time,
+    /// What was decided.
+    pub action: Action,
+    /// Replicas before.
+    pub from: i32,
+    /// Replicas after (or that would have been set in DryRun).
+    pub to: i32,
+    /// Why, for example "fleet backoff 0.31 > 0.20 for 45s".
+    pub reason: String,
+    /// True when the decision was not applied because of DryRun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+}
