@@ -36,7 +36,6 @@
 mod limits;
 mod resolver;
 mod sections;
-mod selector;
 #[cfg(test)]
 mod tests;
 mod worker_config;
@@ -51,9 +50,9 @@ use backpressure_api::v1alpha1::{
 };
 use k8s_openapi::jiff::Timestamp;
 
+pub use crate::selector::{SelectorError, namespace_selector_matches};
 pub use limits::check_stages;
 use resolver::Resolver;
-pub use selector::{SelectorError, namespace_selector_matches};
 pub use worker_config::{next_config_generation, render_worker_config};
 
 /// A matching policy as `resolve` needs it: its name and spec.
