@@ -3,11 +3,16 @@
 //! - [`resolve`]: the precedence of a `WorkerBackpressure` spec, the matching
 //!   `BackpressurePolicy` objects and the built-in defaults, into one [`resolve::Effective`];
 //! - [`decide`]: from the effective configuration, the previous status and one observation,
-//!   the regime, the replicas, the status, the events.
+//!   the regime, the replicas, the status, the events;
+//! - [`guard`]: the clamp Guard mode puts on the guarded autoscaler after a decision;
+//! - [`selector`]: label selectors, structured (`namespaceSelector`) or in the string form of
+//!   `/scale` `status.selector`, with one evaluator.
 //!
 //! Nothing here performs I/O, reads a clock or draws a random number: the operator and the
 //! simulator (`backpressure-sim`) call the same functions, and this crate depends on neither a
 //! Kubernetes client nor an async runtime (`cargo tree -p backpressure-core` shows it).
 
 pub mod decide;
+pub mod guard;
 pub mod resolve;
+pub mod selector;

@@ -62,7 +62,7 @@ pub fn fleet(backoff: f64) -> FleetMetrics {
 pub enum Queue {
     /// Served exactly at the target age: arrivals = per-pod throughput × ready pods.
     Steady,
-    /// DESIGN.md's example: age 412 s, depth 12000, 300/s arriving, 22.5/s per pod (→ 14).
+    /// A worked example: age 412 s, depth 12000, 300/s arriving, 22.5/s per pod (→ 14).
     Backlog,
     /// Empty: age 0, depth 0, 10/s arriving and completing.
     Idle,

@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn design_example_sizes_to_fourteen() {
-        // DESIGN.md §3: 8 replicas, 300/s arriving, 180/s completing, depth 12000, age 412s.
+        // A worked example: 8 replicas, 300/s arriving, 180/s completing, depth 12000, age 412s.
         let eff = effective(|s| s.max_replicas = 50);
         let f = FleetMetrics {
             queue_age: Some(412.0),

@@ -1,0 +1,166 @@
+//! The state of one decision ([`Decider`]) and what every regime shares: the previous status,
+//! the step caps of `scaleUp` and `scaleDown`, the bounds, and the deadlines for the requeue.
+//! Each regime is a method on [`Decider`] in its own file; they share these caps and fall
+//! through to each other (a release or a completed ramp ends in normal sizing).
+
+use backpressure_api::conditions as cond;
+use backpressure_api::v1alpha1::{
+    Action, RampStatus, Regime, TrackingStatus, WorkerBackpressureStatus,
+};
+use k8s_openapi::jiff::Timestamp;
+
+use super::time::plus;
+use super::{DecisionEvent, Observation, conditions, sizing};
+use crate::resolve::Effective;
+
+/// What one branch of the decision produced, before the status is assembled.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    /// The regime the branch chose.
+    pub(super) regime: Regime,
+    /// Replicas wanted, before the hard bounds are applied in `finish`.
+    pub(super) desired: i32,
+    /// What a backlog-only autoscaler would pick.
+    pub(super) recommended: i32,
+    /// What was decided ([`Action::None`] when nothing changes).
+    pub(super) action: Action,
+    /// Why, in words and numbers.
+    pub(super) reason: String,
+    /// Scale-out is held (DependencyFailing, or a hold kept through a gap or a suspension).
+    pub(super) held: bool,
+    /// The ramp in progress, or the last aborted one while held.
+    pub(super) ramp: Option<RampStatus>,
+    /// `Ok(note)` when metrics are available (note: a partial failure), `Err(why)` otherwise.
+    pub(super) metrics: Result<Option<String>, String>,
+    /// Events of the branch itself (`HoldReleased`); `finish` adds the rest.
+    pub(super) events: Vec<DecisionEvent>,
+}
+
+/// One decision in progress: the inputs, the tracking block being updated and the deadlines
+/// found on the way. (Not the controller's `Context`: this lives for one call of
+/// [`decide`](super::decide).)
+pub(super) struct Decider<'a> {
+    /// The effective configuration.
+    pub(super) eff: &'a Effective,
+    /// The previous status: the only memory.
+    pub(super) prev: Option<&'a WorkerBackpressureStatus>,
+    /// The observation.
+    pub(super) obs: &'a Observation,
+    /// The observation's time, truncated to whole seconds.
+    pub(super) now: Timestamp,
+    /// The target's replicas (never negative).
+    pub(super) current: i32,
+    /// The previous status was held (see [`Decider::new`]).
+    pub(super) held_prev: bool,
+    /// `status.tracking`, carried over from the previous status and updated on the way.
+    pub(super) tracking: TrackingStatus,
+    /// Deadlines at which something becomes due (for the requeue).
+    pub(super) deadlines: Vec<Timestamp>,
+    /// The fleet backoff the decision used, once known.
+    pub(super) backoff: Option<f64>,
+}
+
+impl<'a> Decider<'a> {
+    /// Starts a decision. The previous status was held when its regime is DependencyFailing,
+    /// or, through MetricsUnavailable and Suspended, when its `ScaleOutHeld` condition is true.
+    pub(super) fn new(
+        eff: &'a Effective,
+        prev: Option<&'a WorkerBackpressureStatus>,
+        obs: &'a Observation,
+        now: Timestamp,
+    ) -> Self {
+        let held_prev = match prev.and_then(|p| p.regime) {
+            Some(Regime::DependencyFailing) => true,
+            Some(Regime::Healthy | Regime::Backlogged | Regime::Recovering) => false,
+            Some(Regime::MetricsUnavailable | Regime::Suspended) | None => prev
+                .and_then(|p| p.conditions.as_deref())
+                .is_some_and(|c| conditions::is_true(c, cond::SCALE_OUT_HELD)),
+        };
+        Decider {
+            eff,
+            prev,
+            obs,
+            now,
+            current: obs.current_replicas.max(0),
+            held_prev,
+            tracking: prev.and_then(|p| p.tracking.clone()).unwrap_or_default(),
+            deadlines: Vec::new(),
+            backoff: None,
+        }
+    }
+
+    /// The ramp of the previous status (in progress, or the last aborted one).
+    pub(super) fn prev_ramp(&self) -> Option<RampStatus> {
+        self.prev.and_then(|p| p.ramp.clone())
+    }
+
+    /// `status.replicas.desired` of the previous status.
+    pub(super) fn prev_desired(&self) -> Option<i32> {
+        self.prev
+            .and_then(|p| p.replicas.as_ref())
+            .map(|r| r.desired)
+    }
+
+    /// `status.replicas.recommended` of the previous status.
+    pub(super) fn prev_recommended(&self) -> Option<i32> {
+        self.prev
+            .and_then(|p| p.replicas.as_ref())
+            .map(|r| r.recommended)
+    }
+
+    /// `n` within `[minReplicas, maxReplicas]`.
+    pub(super) fn clamp(&self, n: i32) -> i32 {
+        n.clamp(self.eff.scaling.min_replicas, self.eff.scaling.max_replicas)
+    }
+
+    /// Something becomes due at `at`: the requeue will not be later.
+    pub(super) fn due(&mut self, at: Timestamp) {
+        self.deadlines.push(at);
+    }
+
+    /// The most replicas a scale-up may reach now: one step from current once the period is
+    /// over; within the period, what was already granted (the previous desired).
+    pub(super) fn up_cap(&mut self) -> i32 {
+        let up = &self.eff.scaling.scale_up;
+        let last = self.tracking.last_scale_up.clone();
+        if sizing::period_over(last.as_ref(), up.period, self.now) {
+            sizing::scale_up_limit(self.current, up)
+        } else {
+            if let Some(t) = last {
+                self.due(plus(t.0, up.period));
+            }
+            self.current
+                .max(self.prev_desired().unwrap_or(self.current))
+        }
+    }
+
+    /// The fewest replicas a scale-down may reach now (see [`Decider::up_cap`]).
+    pub(super) fn down_floor(&mut self) -> i32 {
+        let down = &self.eff.scaling.scale_down;
+        let last = self.tracking.last_scale_down.clone();
+        if sizing::period_over(last.as_ref(), down.period, self.now) {
+            sizing::scale_down_limit(self.current, down)
+        } else {
+            if let Some(t) = last {
+                self.due(plus(t.0, down.period));
+            }
+            self.current
+                .min(self.prev_desired().unwrap_or(self.current))
+        }
+    }
+
+    /// An outcome of `regime` with no action and no reason yet; metrics as observed.
+    pub(super) fn outcome(&self, regime: Regime, desired: i32, recommended: i32) -> Outcome {
+        Outcome {
+            regime,
+            desired,
+            recommended,
+            action: Action::None,
+            reason: String::new(),
+            held: false,
+            ramp: None,
+            metrics: Ok(self.obs.metrics_error.clone()),
+            events: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Healthy and Backlogged: sizing, step limits, stabilization, bounds, activation from zero.
+
+use super::*;
+
+#[test]
+fn healthy_to_backlogged_scales_out_within_step_limits() {
+    let mut w = World::new(defaults(), 2);
+    let ds = run(
+        "backlog",
+        &mut w,
+        &[
+            step(0, 0.0, Steady, Healthy, 2, Action::None),
+            // Backlog sized to 14; one step from 2 may add max(4 pods, 100%) = 6.
+            step(15, 0.0, Backlog, Backlogged, 6, ScaleOut),
+            // Within the scale-up period nothing more is granted.
+            step(5, 0.0, Backlog, Backlogged, 6, Action::None),
+            step(10, 0.0, Backlog, Backlogged, 12, ScaleOut),
+            step(15, 0.0, Backlog, Backlogged, 14, ScaleOut),
+            step(15, 0.0, Backlog, Backlogged, 14, Action::None),
+        ],
+    );
+    let d = &ds[1];
+    assert_eq!(d.recommended_replicas, 14);
+    let reasons: Vec<&str> = d.events.iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, vec!["Backlogged", "ScaledOut"]);
+    let msg = &d.events[1].message;
+    assert!(
+        msg.contains("arrivals 300/s") && msg.contains("2 → 6"),
+        "{msg}"
+    );
+    assert!(msg.contains("step limit"), "{msg}");
+    let rec = d.status.last_decision.as_ref().unwrap();
+    assert_eq!((rec.action, rec.from, rec.to), (ScaleOut, 2, 6));
+    assert_eq!(d.status.replicas.as_ref().unwrap().recommended, 14);
+}
+
+#[test]
+fn stabilization_delays_and_limits_scale_down() {
+    let mut w = World::new(defaults(), 10);
+    run(
+        "steady",
+        &mut w,
+        &[step(0, 0.0, Steady, Healthy, 10, Action::None)],
+    );
+    // The queue empties: the recommendation drops to 1, but the highest recommendation of the
+    // last 300 s is 10 until 10 has been out of the window for 300 s.
+    let mut steps = vec![step(15, 0.0, Idle, Healthy, 10, Action::None)];
+    steps.extend((0..18).map(|_| step(15, 0.0, Idle, Healthy, 10, Action::None)));
+    let ds = run("idle", &mut w, &steps);
+    assert_eq!(ds[0].recommended_replicas, 1);
+    assert!(
+        ds[0].reason.contains("scale-in held by stabilization"),
+        "{}",
+        ds[0].reason
+    );
+    // The 10 was last recommended at t=0 and replaced at t=15: out of the window at t=315.
+    assert_eq!(w.t, 285);
+    run(
+        "scale in",
+        &mut w,
+        &[
+            step(30, 0.0, Idle, Healthy, 9, ScaleIn),
+            step(30, 0.0, Idle, Healthy, 9, Action::None),
+            step(30, 0.0, Idle, Healthy, 8, ScaleIn),
+            step(60, 0.0, Idle, Healthy, 7, ScaleIn),
+        ],
+    );
+    // A rise in the recommendation resets nothing upward: scale-out is immediate.
+    run(
+        "back up",
+        &mut w,
+        &[step(60, 0.0, Backlog, Backlogged, 14, ScaleOut)],
+    );
+}
+
+#[test]
+fn allow_scale_in_while_held() {
+    for (allow, want, action) in [(true, 9, ScaleIn), (false, 10, Action::None)] {
+        let mut w = World::new(
+            effective(|s| {
+                s.hold.allow_scale_in = allow;
+                s.scale_down.stabilization = Duration::ZERO;
+            }),
+            10,
+        );
+        run(
+            "held, queue empties",
+            &mut w,
+            &[
+                step(0, 0.5, Steady, Healthy, 10, Action::None),
+                step(30, 0.5, Steady, DependencyFailing, 10, HoldScaleOut),
+                step(60, 0.5, Idle, DependencyFailing, want, action),
+            ],
+        );
+    }
+}
+
+#[test]
+fn pending_hold_defers_scale_in_too() {
+    let mut w = World::new(
+        effective(|s| s.scale_down.stabilization = Duration::ZERO),
+        10,
+    );
+    let ds = run(
+        "pending",
+        &mut w,
+        &[
+            step(0, 0.0, Steady, Healthy, 10, Action::None),
+            step(15, 0.5, Idle, Healthy, 10, Action::None),
+            step(10, 0.0, Idle, Healthy, 9, ScaleIn),
+        ],
+    );
+    assert!(
+        ds[1].reason.contains("scale-in to 1 deferred"),
+        "{}",
+        ds[1].reason
+    );
+}
+
+#[test]
+fn bounds_win_over_everything() {
+    // Replicas above a lowered maxReplicas are brought down at once, even while held.
+    let mut w = World::new(effective(|s| s.max_replicas = 6), 8);
+    let d = w.step(0);
+    assert_eq!((d.desired_replicas, d.action), (6, ScaleIn));
+    assert!(d.reason.contains("maxReplicas 6"), "{}", d.reason);
+    let mut w = World::new(effective(|s| s.min_replicas = 3), 1);
+    w.backoff = Some(0.9);
+    w.step(0);
+    let d = w.step(30);
+    assert_eq!((d.regime, d.desired_replicas), (DependencyFailing, 3));
+}
+
+#[test]
+fn a_fleet_scaled_to_zero_activates_on_backlog() {
+    // No pods: no backoff series exists. That is not missing data.
+    let mut w = World::new(effective(|s| s.min_replicas = 0), 0);
+    w.backoff = None;
+    w.queue(Idle);
+    let d = w.step(0);
+    assert_eq!(
+        (d.regime, d.desired_replicas, d.action),
+        (Backlogged, 1, ScaleOut),
+        "{}",
+        d.reason
+    );
+    let mut w = World::new(effective(|s| s.min_replicas = 0), 0);
+    w.backoff = None;
+    w.queue(Backlog);
+    let d = w.step(0);
+    assert_eq!((d.regime, d.action), (Backlogged, ScaleOut));
+    assert_eq!(
+        d.desired_replicas, 4,
+        "0 → 4 (one scale-up step): {}",
+        d.reason
+    );
+    // Once pods run, their backoff is required again.
+    let d = w.step(15);
+    assert_eq!((d.regime, d.desired_replicas), (MetricsUnavailable, 4));
+    // A query error is never taken for "no pods".
+    let mut w = World::new(effective(|s| s.min_replicas = 0), 0);
+    w.backoff = None;
+    w.error = Some("timeout".into());
+    w.queue(Backlog);
+    assert_eq!(w.step(0).regime, MetricsUnavailable);
+}
+
+#[test]
+fn a_backlog_with_dependency_failures_above_the_set_point_does_not_scale_out() {
+    // Backoff still low (the workers' credit absorbs the first failures), but 30% of the calls
+    // fail: the backlog is the outage's, not the producer's.
+    let w = {
+        let mut w = World::new(defaults(), 2);
+        w.backoff(0.05).queue(Backlog);
+        w
+    };
+    let mut obs = w.observation();
+    obs.fleet.failure_rate = Some(0.30);
+    let d = decide(&w.eff, w.status.as_ref(), &obs);
+    assert_eq!(d.desired_replicas, 2, "{}", d.reason);
+    assert!(
+        d.reason.contains("failure rate 30.0% > set point 5.0%"),
+        "{}",
+        d.reason
+    );
+    // The same backlog with failures at the noise level scales out.
+    obs.fleet.failure_rate = Some(0.02);
+    let d = decide(&w.eff, w.status.as_ref(), &obs);
+    assert!(d.desired_replicas > 2, "{}", d.reason);
+}

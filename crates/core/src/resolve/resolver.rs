@@ -1,0 +1,158 @@
+//! The precedence layers (the object's spec, then each matching policy's defaults) and the
+//! [`Resolver`] that picks each field from the first layer that has it, else the built-in
+//! default, collecting every error on the way.
+
+use std::time::Duration;
+
+use backpressure_api::duration::Duration as ApiDuration;
+use backpressure_api::v1alpha1::{
+    MetricsSpec, Mode, QueryOverrides, ScalingSpec, WorkerBackpressureSpec, WorkerSpec,
+};
+
+use super::{FieldError, PolicyInput};
+
+/// Where a layer's values come from.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Source<'a> {
+    Object,
+    Policy(&'a str),
+}
+
+impl Source<'_> {
+    pub(super) fn field(self, path: &str) -> String {
+        match self {
+            Source::Object => format!("spec.{path}"),
+            Source::Policy(name) => format!("BackpressurePolicy {name}: spec.defaults.{path}"),
+        }
+    }
+}
+
+/// One layer of the precedence: the object's spec or one policy's defaults.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layer<'a> {
+    pub(super) source: Source<'a>,
+    pub(super) mode: Option<Mode>,
+    pub(super) worker: Option<&'a WorkerSpec>,
+    pub(super) metrics: Option<&'a MetricsSpec>,
+    pub(super) scaling: Option<&'a ScalingSpec>,
+}
+
+/// A resolved value and where it came from (for error messages).
+#[derive(Debug, Clone)]
+pub(super) struct Picked<T> {
+    pub(super) value: T,
+    pub(super) from: String,
+}
+
+/// Picks values through the layers and collects the errors found.
+pub(super) struct Resolver<'a> {
+    pub(super) layers: Vec<Layer<'a>>,
+    pub(super) errors: Vec<FieldError>,
+}
+
+impl<'a> Resolver<'a> {
+    /// The layers of `spec` and of the `policies` (in precedence order) that have defaults.
+    pub(super) fn new(spec: &'a WorkerBackpressureSpec, policies: &[PolicyInput<'a>]) -> Self {
+        let mut layers = vec![Layer {
+            source: Source::Object,
+            mode: spec.mode,
+            worker: spec.worker.as_ref(),
+            metrics: spec.metrics.as_ref(),
+            scaling: spec.scaling.as_ref(),
+        }];
+        for p in policies {
+            if let Some(defaults) = &p.spec.defaults {
+                layers.push(Layer {
+                    source: Source::Policy(p.name),
+                    mode: defaults.mode,
+                    worker: defaults.worker.as_ref(),
+                    metrics: defaults.metrics.as_ref(),
+                    scaling: defaults.scaling.as_ref(),
+                });
+            }
+        }
+        Resolver {
+            layers,
+            errors: Vec::new(),
+        }
+    }
+
+    /// The first layer that has the field, else the built-in default.
+    pub(super) fn value<T>(
+        &self,
+        path: &str,
+        get: impl Fn(&Layer<'a>) -> Option<T>,
+        default: T,
+    ) -> Picked<T> {
+        for layer in &self.layers {
+            if let Some(value) = get(layer) {
+                return Picked {
+                    value,
+                    from: layer.source.field(path),
+                };
+            }
+        }
+        Picked {
+            value: default,
+            from: format!("built-in default of spec.{path}"),
+        }
+    }
+
+    /// Like [`Resolver::value`] for durations; an unparsable duration is an error (and the
+    /// default stands in so that resolution can go on and report every problem).
+    pub(super) fn duration(
+        &mut self,
+        path: &str,
+        get: impl Fn(&Layer<'a>) -> Option<&'a ApiDuration>,
+        default: Duration,
+    ) -> Picked<Duration> {
+        for layer in &self.layers {
+            if let Some(text) = get(layer) {
+                let from = layer.source.field(path);
+                return match text.get() {
+                    Ok(value) => Picked { value, from },
+                    Err(e) => {
+                        self.errors.push(FieldError {
+                            field: from.clone(),
+                            message: e.to_string(),
+                        });
+                        Picked {
+                            value: default,
+                            from,
+                        }
+                    }
+                };
+            }
+        }
+        Picked {
+            value: default,
+            from: format!("built-in default of spec.{path}"),
+        }
+    }
+
+    /// A PromQL override: the first layer with a non-blank query, else none (the default
+    /// query of the wire contract).
+    pub(super) fn query(
+        &self,
+        path: &str,
+        get: fn(&QueryOverrides) -> Option<&String>,
+    ) -> Option<String> {
+        let picked = self.value(
+            path,
+            |l| {
+                get(l.metrics?.queries.as_ref()?)
+                    .filter(|q| !q.trim().is_empty())
+                    .cloned()
+            },
+            String::new(),
+        );
+        Some(picked.value).filter(|q| !q.is_empty())
+    }
+
+    pub(super) fn error(&mut self, field: &str, message: String) {
+        self.errors.push(FieldError {
+            field: field.to_owned(),
+            message,
+        });
+    }
+}
