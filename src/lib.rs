@@ -71,7 +71,7 @@ pub async fn run(args: cli::RunArgs) -> anyhow::Result<()> {
         None
     };
 
-    let settings = controller::Settings {
+    let settings = reconcile::Settings {
         default_prometheus: args.prometheus_url.clone(),
         requeue_interval: args.requeue_interval,
     };

@@ -48,6 +48,20 @@ pub enum TargetError {
     Api(String, #[source] kube::Error),
 }
 
+impl TargetError {
+    /// The condition and event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TargetError::UnknownKind { .. } => "TargetKindUnknown",
+            TargetError::ClusterScoped(_) => "TargetNotNamespaced",
+            TargetError::NoScale(_) => "TargetHasNoScale",
+            TargetError::NotFound { .. } => "TargetNotFound",
+            TargetError::Selector(..) => "TargetSelectorInvalid",
+            TargetError::Api(..) => "TargetUnreadable",
+        }
+    }
+}
+
 /// The target as observed.
 #[derive(Debug, Clone)]
 pub struct TargetState {

@@ -10,35 +10,48 @@
 //! | [`guard_step`] | yes | Guard mode: clamp or restore the guarded HPA / ScaledObject ([`act::guard`]) |
 //! | [`report_step`] | yes | server-side-applied status (only when it changed), events |
 //!
+//! An object that cannot act this time — its spec does not resolve, its target cannot be
+//! read, or an older object acts on the same target — stops after resolve or observe and
+//! reports why ([`report_not_ready`]), writing nothing else.
+//!
 //! A Guard-mode object carries the finalizer [`act::guard::FINALIZER`]: deleting it (or leaving
 //! Guard mode) first restores the guarded autoscaler's original settings.
 //!
 //! A no-op reconcile writes nothing: every write is preceded by a comparison with what is
 //! already there.
+//!
+//! Layout: the steps above are here, the Guard-mode steps in `guard.rs`, the status write and
+//! the not-ready path in `report.rs`, and what the reconcile needs from the runtime
+//! ([`Context`], [`Settings`]) in `context.rs`. The controller (the watches and background
+//! tasks) calls [`reconcile`] and [`error_policy`]; nothing here imports the controller.
+
+mod context;
+mod guard;
+mod report;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{
-    ConfigStatus, GuardClamp, GuardKind, Mode, WorkerBackpressure, WorkerBackpressureStatus,
+    ConfigStatus, Mode, WorkerBackpressure, WorkerBackpressureStatus,
 };
 use backpressure_api::wire::WorkerConfig;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource as _, ResourceExt as _};
 
-use crate::act::{self, Note, configmap, guard};
+use crate::act::{self, Note, configmap};
 use crate::annotations;
-use crate::controller::Context;
 use crate::observe::owners::Ownership;
 use crate::observe::target::{self, PodInfo, TargetError, TargetState};
 use crate::observe::{self, FleetMetrics, MetricsError};
-use backpressure_api::FIELD_MANAGER;
 use backpressure_core::decide::{self, Observation};
 use backpressure_core::resolve::{self, Effective, PolicyInput, ResolveError};
+
+pub use context::{Context, Settings};
+pub use guard::guard_step;
+pub use report::{NotReady, report_not_ready, report_step};
 
 /// Errors that make a reconcile retry sooner. Problems with the object itself (a bad spec, a
 /// missing target, metrics down) are not errors: they are reported in status and events.
@@ -61,7 +74,7 @@ pub enum ReconcileError {
     Render(#[source] serde_json::Error),
     /// Restoring or clamping the guarded autoscaler failed in a way worth retrying soon.
     #[error("guard: {0}")]
-    Guard(#[source] guard::GuardError),
+    Guard(#[source] act::guard::GuardError),
     /// Adding or removing the guard finalizer failed.
     #[error("guard finalizer: {0}")]
     Finalizer(#[source] kube::Error),
@@ -78,6 +91,37 @@ pub fn jitter(base: Duration, wbp: &WorkerBackpressure) -> Duration {
     base + Duration::from_millis(if spread == 0 { 0 } else { h % spread })
 }
 
+/// Retries a failed reconcile with exponential backoff: a third of the interval, doubling per
+/// consecutive failure of the same object, at most five minutes.
+pub fn error_policy(
+    wbp: Arc<WorkerBackpressure>,
+    err: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
+    let uid = wbp.metadata.uid.clone().unwrap_or_default();
+    let failures = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(uid).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+        Err(_) => 1,
+    };
+    let delay = error_backoff(ctx.settings.requeue_interval, failures);
+    tracing::warn!(
+        name = %wbp.name_any(), namespace = ?wbp.namespace(), error = %err, failures,
+        retry_in = ?delay, "reconcile error"
+    );
+    Action::requeue(jitter(delay, &wbp))
+}
+
+/// The retry delay after `failures` consecutive failures.
+pub fn error_backoff(interval: Duration, failures: u32) -> Duration {
+    let base = (interval / 3).max(Duration::from_millis(100));
+    base.saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(Duration::from_secs(300))
+}
+
 /// The reconcile entry point.
 pub async fn reconcile(
     wbp: Arc<WorkerBackpressure>,
@@ -86,13 +130,13 @@ pub async fn reconcile(
     let timer = ctx.metrics.reconcile_timer();
     let ns = wbp.namespace().ok_or(ReconcileError::NoNamespace)?;
     if wbp.metadata.deletion_timestamp.is_some() {
-        let action = finalize(&wbp, &ctx, &ns).await?;
+        let action = guard::finalize(&wbp, &ctx, &ns).await?;
         timer.success();
         return Ok(action);
     }
     let now = Timestamp::now();
     let action = match resolve_step(&wbp, &ctx, &ns, now) {
-        Err(err) => report_invalid(&wbp, &ctx, &ns, &err, now).await?,
+        Err(err) => report_not_ready(&wbp, &ctx, &ns, NotReady::InvalidSpec(&err), now).await?,
         Ok(effective) => reconcile_effective(&wbp, &ctx, &ns, &effective, now).await?,
     };
     if let (Ok(mut f), Some(uid)) = (ctx.failures.lock(), wbp.metadata.uid.as_deref()) {
@@ -201,13 +245,25 @@ async fn reconcile_effective(
 ) -> Result<Action, ReconcileError> {
     let ownership = ctx.owners.ownership(wbp, &ctx.wbps);
     if !ownership.may_act() {
-        return report_conflict(wbp, ctx, ns, &ownership, now).await;
+        let message = ownership.message().unwrap_or_default();
+        let why = NotReady::TargetUnavailable {
+            reason: Ownership::CONFLICT_REASON,
+            message: &message,
+        };
+        return report_not_ready(wbp, ctx, ns, why, now).await;
     }
     let observed = observe_step(ctx, ns, eff, now).await;
     let previous = wbp.status.as_ref();
     let target = match observed.target {
         Ok(t) => t,
-        Err(e) => return report_target_error(wbp, ctx, ns, &e, now).await,
+        Err(e) => {
+            let message = e.to_string();
+            let why = NotReady::TargetUnavailable {
+                reason: e.reason(),
+                message: &message,
+            };
+            return report_not_ready(wbp, ctx, ns, why, now).await;
+        }
     };
     let (config, mut notes) = config_step(wbp, ctx, ns, eff, &observed.pods, previous, now).await?;
 
@@ -225,7 +281,7 @@ async fn reconcile_effective(
     scale_step(wbp, ctx, ns, eff, &target, &decision).await?;
     notes.extend(decision.events.iter().map(Note::from));
     let hold_until = eff.manual_hold_until.map(|t| t.to_string());
-    let clamp = guard::clamp_for(eff, &decision, hold_until.as_deref());
+    let clamp = act::guard::clamp_for(eff, &decision, hold_until.as_deref());
     let requeue_after = decision.requeue_after;
     let mut status = decision.status;
     guard_step(wbp, ctx, ns, eff, clamp, &mut status, &mut notes, now).await?;
@@ -234,189 +290,6 @@ async fn reconcile_effective(
         requeue_after.min(ctx.settings.requeue_interval),
         wbp,
     )))
-}
-
-/// Step 5b (client), Guard mode: bring the guarded autoscaler to the clamp the decision asks
-/// for (`clamp`; `None` leaves it as it is), record it in `status.guard` and the
-/// `GuardApplied` condition, and keep the finalizer on. In any other mode: restore whatever
-/// this object clamped and drop the finalizer.
-#[allow(clippy::too_many_arguments)]
-pub async fn guard_step(
-    wbp: &WorkerBackpressure,
-    ctx: &Context,
-    ns: &str,
-    eff: &Effective,
-    clamp: Option<guard::ClampPlan>,
-    status: &mut WorkerBackpressureStatus,
-    notes: &mut Vec<Note>,
-    now: Timestamp,
-) -> Result<(), ReconcileError> {
-    let owner = wbp.name_any();
-    let previous = wbp.status.as_ref();
-    let prev_guard = previous.and_then(|s| s.guard.clone());
-    let guard_ref = eff.guard.as_ref().filter(|_| eff.mode == Mode::Guard);
-    let Some(guard_ref) = guard_ref else {
-        if guard::has_finalizer(wbp) || prev_guard.is_some() {
-            for (kind, name) in guard::guarded_refs(wbp) {
-                if guard::release(&ctx.client, ns, kind, &name, &owner)
-                    .await
-                    .map_err(ReconcileError::Guard)?
-                {
-                    notes.push(Note {
-                        warning: false,
-                        reason: "GuardReleased".into(),
-                        action: "Guard".into(),
-                        message: format!(
-                            "{kind:?} {name}: original settings restored (mode is {:?})",
-                            eff.mode
-                        ),
-                    });
-                }
-            }
-            guard::set_finalizer(&ctx.client, wbp, false)
-                .await
-                .map_err(ReconcileError::Finalizer)?;
-        }
-        status.guard = None;
-        return Ok(());
-    };
-    guard::set_finalizer(&ctx.client, wbp, true)
-        .await
-        .map_err(ReconcileError::Finalizer)?;
-    // The guard moved to another autoscaler: give the old one its settings back first.
-    if let Some(old) = &prev_guard
-        && (old.kind, old.name.as_str()) != (guard_ref.kind, guard_ref.name.as_str())
-        && guard::release(&ctx.client, ns, old.kind, &old.name, &owner)
-            .await
-            .map_err(ReconcileError::Guard)?
-    {
-        notes.push(Note {
-            warning: false,
-            reason: "GuardReleased".into(),
-            action: "Guard".into(),
-            message: format!(
-                "{:?} {}: original settings restored (spec.guard now names {:?} {})",
-                old.kind, old.name, guard_ref.kind, guard_ref.name
-            ),
-        });
-    }
-    let Some(plan) = clamp else {
-        // Suspended: the autoscaler is left as it is; status and condition stay as they were.
-        return Ok(());
-    };
-    let (kind, name) = (guard_ref.kind, guard_ref.name.as_str());
-    match guard::sync(&ctx.client, ns, kind, name, &owner, plan.clamp).await {
-        Ok(synced) => {
-            let (reason, what) = match (synced.status.clamp, kind) {
-                (GuardClamp::None, _) => ("NotClamped", "runs with its original settings".into()),
-                (GuardClamp::ScaleOutDisabled, GuardKind::HorizontalPodAutoscaler) => (
-                    "ScaleOutDisabled",
-                    "has behavior.scaleUp.selectPolicy Disabled".to_owned(),
-                ),
-                (GuardClamp::ScaleOutDisabled, GuardKind::ScaledObject) => (
-                    "ScaleOutDisabled",
-                    format!("has annotation {}: \"true\"", guard::KEDA_PAUSED_SCALE_OUT),
-                ),
-                (GuardClamp::MaxReplicas, GuardKind::HorizontalPodAutoscaler) => (
-                    "MaxReplicasClamped",
-                    format!(
-                        "has maxReplicas {}",
-                        synced.status.max_replicas.unwrap_or_default()
-                    ),
-                ),
-                (GuardClamp::MaxReplicas, GuardKind::ScaledObject) => (
-                    "MaxReplicasClamped",
-                    format!(
-                        "has maxReplicaCount {}",
-                        synced.status.max_replicas.unwrap_or_default()
-                    ),
-                ),
-            };
-            let message = format!("{kind:?} {name} {what}: {}", plan.why);
-            if synced.changed {
-                notes.push(Note {
-                    warning: false,
-                    reason: if synced.status.clamp == GuardClamp::None {
-                        "GuardReleased".into()
-                    } else {
-                        "GuardClamped".into()
-                    },
-                    action: "Guard".into(),
-                    message: message.clone(),
-                });
-            }
-            status.guard = Some(synced.status);
-            decide::set_condition(
-                status,
-                previous,
-                cond::GUARD_APPLIED,
-                true,
-                reason,
-                message,
-                now,
-            );
-        }
-        // Someone changed the autoscaler between the read and the patch: read again soon.
-        Err(e) if e.is_conflict() => return Err(ReconcileError::Guard(e)),
-        Err(e) => {
-            let message = e.to_string();
-            let unchanged = previous
-                .and_then(|p| p.conditions.as_deref())
-                .and_then(|c| c.iter().find(|c| c.type_ == cond::GUARD_APPLIED))
-                .is_some_and(|c| c.status == "False" && c.message == message);
-            if !unchanged {
-                notes.push(Note {
-                    warning: true,
-                    reason: e.reason().into(),
-                    action: "Guard".into(),
-                    message: message.clone(),
-                });
-            }
-            // In Guard mode the autoscaler is how the decision takes effect: without it the
-            // object is not doing its job, so Ready says so too (kstatus: InProgress).
-            decide::set_condition(
-                status,
-                previous,
-                cond::READY,
-                false,
-                e.reason(),
-                format!("Guard mode cannot act: {message}"),
-                now,
-            );
-            decide::set_condition(
-                status,
-                previous,
-                cond::GUARD_APPLIED,
-                false,
-                e.reason(),
-                message,
-                now,
-            );
-        }
-    }
-    Ok(())
-}
-
-/// The object is being deleted: restore what it clamped, then drop the finalizer.
-async fn finalize(
-    wbp: &WorkerBackpressure,
-    ctx: &Context,
-    ns: &str,
-) -> Result<Action, ReconcileError> {
-    if !guard::has_finalizer(wbp) {
-        return Ok(Action::await_change());
-    }
-    let owner = wbp.name_any();
-    for (kind, name) in guard::guarded_refs(wbp) {
-        guard::release(&ctx.client, ns, kind, &name, &owner)
-            .await
-            .map_err(ReconcileError::Guard)?;
-    }
-    guard::set_finalizer(&ctx.client, wbp, false)
-        .await
-        .map_err(ReconcileError::Finalizer)?;
-    tracing::info!(namespace = ns, name = %owner, "guarded autoscaler restored; finalizer removed");
-    Ok(Action::await_change())
 }
 
 /// Step 3 (client): render the worker configuration into the owned ConfigMap and push it to
@@ -522,97 +395,17 @@ pub async fn scale_step(
     Ok(())
 }
 
-/// Step 6 (client): write the status when it changed, then publish the events.
-pub async fn report_step(
-    wbp: &WorkerBackpressure,
-    ctx: &Context,
-    ns: &str,
-    status: WorkerBackpressureStatus,
-    previous: Option<&WorkerBackpressureStatus>,
-    notes: &[Note],
-) -> Result<(), ReconcileError> {
-    if decide::status_changed(previous, &status) {
-        let api: Api<WorkerBackpressure> = Api::namespaced(ctx.client.clone(), ns);
-        let patch = serde_json::json!({
-            "apiVersion": "backpressure.dev/v1alpha1",
-            "kind": "WorkerBackpressure",
-            "status": status,
-        });
-        api.patch_status(
-            &wbp.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(ReconcileError::Status)?;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_backoff_doubles_up_to_five_minutes() {
+        let i = Duration::from_secs(15);
+        assert_eq!(error_backoff(i, 1), Duration::from_secs(5));
+        assert_eq!(error_backoff(i, 2), Duration::from_secs(10));
+        assert_eq!(error_backoff(i, 3), Duration::from_secs(20));
+        assert_eq!(error_backoff(i, 10), Duration::from_secs(300));
+        assert_eq!(error_backoff(i, u32::MAX), Duration::from_secs(300));
     }
-    act::publish(&ctx.recorder, &wbp.object_ref(&()), notes).await;
-    Ok(())
-}
-
-/// The object's spec cannot be resolved: Ready=False and Stalled=True naming every invalid
-/// field, a Warning event when the message changes, nothing else.
-async fn report_invalid(
-    wbp: &WorkerBackpressure,
-    ctx: &Context,
-    ns: &str,
-    err: &ResolveError,
-    now: Timestamp,
-) -> Result<Action, ReconcileError> {
-    let (status, events) =
-        decide::invalid_spec(wbp.status.as_ref(), wbp.metadata.generation, err, now);
-    let notes: Vec<Note> = events.iter().map(Note::from).collect();
-    report_step(wbp, ctx, ns, status, wbp.status.as_ref(), &notes).await?;
-    Ok(Action::requeue(jitter(ctx.settings.requeue_interval, wbp)))
-}
-
-/// Another, older object names the same target and acts on it: report the conflict and touch
-/// nothing (no config push, no scale, no guard), so the two never fight over the replicas.
-async fn report_conflict(
-    wbp: &WorkerBackpressure,
-    ctx: &Context,
-    ns: &str,
-    ownership: &Ownership,
-    now: Timestamp,
-) -> Result<Action, ReconcileError> {
-    let message = ownership.message().unwrap_or_default();
-    let (status, events) = decide::target_unavailable(
-        wbp.status.as_ref(),
-        wbp.metadata.generation,
-        Ownership::CONFLICT_REASON,
-        &message,
-        now,
-    );
-    let notes: Vec<Note> = events.iter().map(Note::from).collect();
-    report_step(wbp, ctx, ns, status, wbp.status.as_ref(), &notes).await?;
-    Ok(Action::requeue(jitter(ctx.settings.requeue_interval, wbp)))
-}
-
-/// The target cannot be read: Ready=False with the reason, a Warning event when it changes,
-/// nothing written to any target.
-async fn report_target_error(
-    wbp: &WorkerBackpressure,
-    ctx: &Context,
-    ns: &str,
-    err: &TargetError,
-    now: Timestamp,
-) -> Result<Action, ReconcileError> {
-    let reason = match err {
-        TargetError::UnknownKind { .. } => "TargetKindUnknown",
-        TargetError::ClusterScoped(_) => "TargetNotNamespaced",
-        TargetError::NoScale(_) => "TargetHasNoScale",
-        TargetError::NotFound { .. } => "TargetNotFound",
-        TargetError::Selector(..) => "TargetSelectorInvalid",
-        TargetError::Api(..) => "TargetUnreadable",
-    };
-    let (status, events) = decide::target_unavailable(
-        wbp.status.as_ref(),
-        wbp.metadata.generation,
-        reason,
-        &err.to_string(),
-        now,
-    );
-    let notes: Vec<Note> = events.iter().map(Note::from).collect();
-    report_step(wbp, ctx, ns, status, wbp.status.as_ref(), &notes).await?;
-    Ok(Action::requeue(jitter(ctx.settings.requeue_interval, wbp)))
 }
