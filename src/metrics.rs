@@ -12,6 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::act::push::PushRecorder;
+use crate::observe::prometheus::QueryRecorder;
 use crate::observe::promql::MetricKind;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -331,6 +333,18 @@ impl Metrics {
                 r#type: ReplicaType::recommended,
             })
             .set(g.replicas.2);
+    }
+}
+
+impl QueryRecorder for Metrics {
+    fn record_query(&self, kind: MetricKind, took: Duration, ok: bool) {
+        self.observe_query(kind, took, ok);
+    }
+}
+
+impl PushRecorder for Metrics {
+    fn record_push(&self, ok: bool) {
+        self.push(ok);
     }
 }
 

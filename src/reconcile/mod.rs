@@ -341,7 +341,7 @@ pub async fn config_step(
     };
     let report = ctx
         .pusher
-        .sync(pods, &config, token.as_deref(), &ctx.metrics, quiet)
+        .sync(pods, &config, token.as_deref(), &*ctx.metrics, quiet)
         .await;
     let mut notes = Vec::new();
     if let Some((pod, why)) = report.failed.first() {
@@ -385,7 +385,7 @@ pub async fn scale_step(
     if to == target.spec_replicas {
         return Ok(());
     }
-    target::write_scale(&ctx.client, ns, &target.resource, &eff.target_ref.name, to)
+    act::scale::write_scale(&ctx.client, ns, &target.resource, &eff.target_ref.name, to)
         .await
         .map_err(ReconcileError::Scale)?;
     tracing::info!(
