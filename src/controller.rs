@@ -23,11 +23,12 @@ use crate::act::configmap::{self, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::act::events::Recorder;
 use crate::act::push::{Identity, Pusher, TokenSource};
 use crate::admin::Health;
+use crate::errors::Chain;
 use crate::metrics::{FleetGauges, Metrics};
 use crate::observe::owners::OwnersIndex;
 use crate::observe::prometheus::{Changed, MetricsHub};
 use crate::observe::target::KindCache;
-use crate::reconcile::{self, Context, Settings};
+use crate::reconcile::{self, Context, ReconcileError, Settings};
 
 /// How often BackpressurePolicy statuses are recomputed (and a brake's expiry noticed).
 pub const POLICY_STATUS_INTERVAL: Duration = Duration::from_secs(2);
@@ -116,6 +117,7 @@ pub async fn run(
         concurrency,
         mut leader,
     } = options;
+    metrics.export_reconcile_error_categories(&ReconcileError::CATEGORIES);
     let wbps: Api<WorkerBackpressure> = Api::all(client.clone());
     // Fail early and clearly when the CRDs are missing.
     if let Err(e) = wbps.list(&kube::api::ListParams::default().limit(1)).await {
@@ -370,7 +372,7 @@ pub async fn run(
         .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
         .for_each(|r| async move {
             if let Err(e) = r {
-                tracing::debug!(error = %e, "reconcile failed");
+                tracing::debug!(error = %Chain(&e), "reconcile failed");
             }
         })
         .await;
@@ -450,11 +452,11 @@ mod tests {
 pub enum RunError {
     /// The CRDs are not installed or not readable.
     #[error(
-        "cannot list WorkerBackpressure objects (are the CRDs installed and the RBAC applied?): {0}"
+        "cannot list WorkerBackpressure objects (are the CRDs installed and the RBAC applied?)"
     )]
     Crd(#[source] kube::Error),
     /// The HTTP client could not be built.
-    #[error("building an HTTP client: {0}")]
+    #[error("building an HTTP client")]
     Http(#[source] reqwest::Error),
     /// Leadership was lost.
     #[error("leadership lost")]

@@ -20,6 +20,7 @@ pub mod admin;
 pub mod annotations;
 pub mod cli;
 pub mod controller;
+pub mod errors;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

@@ -44,7 +44,7 @@ pub enum TargetError {
     #[error("target {0} reports no usable label selector in its /scale status: {1}")]
     Selector(String, String),
     /// Any other API error.
-    #[error("reading target {0}: {1}")]
+    #[error("reading target {0}")]
     Api(String, #[source] kube::Error),
 }
 

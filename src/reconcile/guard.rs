@@ -13,6 +13,7 @@ use kube::runtime::controller::Action;
 
 use super::{Context, ReconcileError};
 use crate::act::{Note, guard};
+use crate::errors;
 use backpressure_core::decide;
 use backpressure_core::resolve::Effective;
 
@@ -139,7 +140,7 @@ pub async fn guard_step(
         // Someone changed the autoscaler between the read and the patch: read again soon.
         Err(e) if e.is_conflict() => return Err(ReconcileError::Guard(e)),
         Err(e) => {
-            let message = e.to_string();
+            let message = errors::with_cause(&e);
             let unchanged = previous
                 .and_then(|p| p.conditions.as_deref())
                 .and_then(|c| c.iter().find(|c| c.type_ == cond::GUARD_APPLIED))

@@ -43,6 +43,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::act::{self, Note, configmap};
 use crate::annotations;
+use crate::errors;
 use crate::observe::owners::Ownership;
 use crate::observe::target::{self, PodInfo, TargetError, TargetState};
 use crate::observe::{self, FleetMetrics, MetricsError};
@@ -55,95 +56,130 @@ pub use report::{NotReady, report_not_ready, report_step};
 
 /// Errors that make a reconcile retry sooner. Problems with the object itself (a bad spec, a
 /// missing target, metrics down) are not errors: they are reported in status and events.
+///
+/// Each message names the step that failed; the cause is the [`source`](std::error::Error::source)
+/// and is printed once, by whoever prints the chain ([`crate::errors::Chain`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     /// The object has no namespace (impossible for a namespaced kind).
     #[error("object has no namespace")]
     NoNamespace,
     /// Writing status failed.
-    #[error("writing status: {0}")]
+    #[error("writing status")]
     Status(#[source] kube::Error),
     /// Writing `/scale` failed.
-    #[error("writing /scale: {0}")]
+    #[error("writing /scale")]
     Scale(#[source] kube::Error),
     /// Writing the ConfigMap failed.
-    #[error("writing the worker ConfigMap: {0}")]
+    #[error("writing the worker ConfigMap")]
     ConfigMap(#[source] kube::Error),
     /// Rendering failed.
-    #[error("rendering: {0}")]
+    #[error("rendering the worker ConfigMap")]
     Render(#[source] serde_json::Error),
     /// Restoring or clamping the guarded autoscaler failed in a way worth retrying soon.
-    #[error("guard: {0}")]
+    #[error("guard")]
     Guard(#[source] act::guard::GuardError),
     /// Adding or removing the guard finalizer failed.
-    #[error("guard finalizer: {0}")]
+    #[error("guard finalizer")]
     Finalizer(#[source] kube::Error),
 }
 
-/// Requeue after `base` plus up to 10% derived from the object's UID (stable per object,
-/// spreads objects over the interval without a random source).
-pub fn jitter(base: Duration, wbp: &WorkerBackpressure) -> Duration {
-    let uid = wbp.metadata.uid.as_deref().unwrap_or_default();
-    let h = uid
-        .bytes()
-        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)));
-    let spread = base.as_millis() as u64 / 10;
-    base + Duration::from_millis(if spread == 0 { 0 } else { h % spread })
-}
+impl ReconcileError {
+    /// Every [`category`](Self::category), for exporting each label value from the start.
+    pub const CATEGORIES: [&'static str; 7] = [
+        "namespace",
+        "status",
+        "scale",
+        "configmap",
+        "render",
+        "guard",
+        "finalizer",
+    ];
 
-/// Retries a failed reconcile with exponential backoff: a third of the interval, doubling per
-/// consecutive failure of the same object, at most five minutes.
-pub fn error_policy(
-    wbp: Arc<WorkerBackpressure>,
-    err: &ReconcileError,
-    ctx: Arc<Context>,
-) -> Action {
-    let uid = wbp.metadata.uid.clone().unwrap_or_default();
-    let failures = match ctx.failures.lock() {
-        Ok(mut f) => {
-            let n = f.entry(uid).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
+    /// What failed, as the `category` label of `backpressure_operator_reconcile_errors_total`:
+    /// one fixed value per variant, never anything from the object or the cause.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ReconcileError::NoNamespace => "namespace",
+            ReconcileError::Status(_) => "status",
+            ReconcileError::Scale(_) => "scale",
+            ReconcileError::ConfigMap(_) => "configmap",
+            ReconcileError::Render(_) => "render",
+            ReconcileError::Guard(_) => "guard",
+            ReconcileError::Finalizer(_) => "finalizer",
         }
-        Err(_) => 1,
-    };
-    let delay = error_backoff(ctx.settings.requeue_interval, failures);
-    tracing::warn!(
-        name = %wbp.name_any(), namespace = ?wbp.namespace(), error = %err, failures,
-        retry_in = ?delay, "reconcile error"
-    );
-    Action::requeue(jitter(delay, &wbp))
+    }
 }
 
-/// The retry delay after `failures` consecutive failures.
-pub fn error_backoff(interval: Duration, failures: u32) -> Duration {
-    let base = (interval / 3).max(Duration::from_millis(100));
-    base.saturating_mul(1u32 << failures.saturating_sub(1).min(16))
-        .min(Duration::from_secs(300))
-}
-
-/// The reconcile entry point.
+/// The reconcile entry point: the [steps](self), timed and counted in the operator's metrics.
 pub async fn reconcile(
     wbp: Arc<WorkerBackpressure>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
     let timer = ctx.metrics.reconcile_timer();
+    let result = steps(&wbp, &ctx).await;
+    match &result {
+        Ok(_) => {
+            if let (Ok(mut f), Some(uid)) = (ctx.failures.lock(), wbp.metadata.uid.as_deref()) {
+                f.remove(uid);
+            }
+            timer.success();
+        }
+        Err(e) => timer.failure(e.category()),
+    }
+    result
+}
+
+/// The steps of one reconcile, in order (the table above).
+async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, ReconcileError> {
     let ns = wbp.namespace().ok_or(ReconcileError::NoNamespace)?;
     if wbp.metadata.deletion_timestamp.is_some() {
-        let action = guard::finalize(&wbp, &ctx, &ns).await?;
-        timer.success();
-        return Ok(action);
+        return guard::finalize(wbp, ctx, &ns).await;
     }
     let now = Timestamp::now();
-    let action = match resolve_step(&wbp, &ctx, &ns, now) {
-        Err(err) => report_not_ready(&wbp, &ctx, &ns, NotReady::InvalidSpec(&err), now).await?,
-        Ok(effective) => reconcile_effective(&wbp, &ctx, &ns, &effective, now).await?,
+    let eff = match resolve_step(wbp, ctx, &ns, now) {
+        Ok(eff) => eff,
+        Err(err) => {
+            return report_not_ready(wbp, ctx, &ns, NotReady::InvalidSpec(&err), now).await;
+        }
     };
-    if let (Ok(mut f), Some(uid)) = (ctx.failures.lock(), wbp.metadata.uid.as_deref()) {
-        f.remove(uid);
+    let ownership = ctx.owners.ownership(wbp, &ctx.wbps);
+    if !ownership.may_act() {
+        let message = ownership.message().unwrap_or_default();
+        let why = NotReady::TargetUnavailable {
+            reason: Ownership::CONFLICT_REASON,
+            message: &message,
+        };
+        return report_not_ready(wbp, ctx, &ns, why, now).await;
     }
-    timer.success();
-    Ok(action)
+    let observed = observe_step(ctx, &ns, &eff, now).await;
+    let target = match &observed.target {
+        Ok(t) => t,
+        Err(e) => {
+            let message = errors::with_cause(e);
+            let why = NotReady::TargetUnavailable {
+                reason: e.reason(),
+                message: &message,
+            };
+            return report_not_ready(wbp, ctx, &ns, why, now).await;
+        }
+    };
+    let previous = wbp.status.as_ref();
+    let (config, mut notes) =
+        config_step(wbp, ctx, &ns, &eff, &observed.pods, previous, now).await?;
+    let decision = decide_step(wbp, ctx, &eff, target, &observed, config, now);
+    scale_step(wbp, ctx, &ns, &eff, target, &decision).await?;
+    notes.extend(decision.events.iter().map(Note::from));
+    let hold_until = eff.manual_hold_until.map(|t| t.to_string());
+    let clamp = act::guard::clamp_for(&eff, &decision, hold_until.as_deref());
+    let requeue_after = decision.requeue_after;
+    let mut status = decision.status;
+    guard_step(wbp, ctx, &ns, &eff, clamp, &mut status, &mut notes, now).await?;
+    report_step(wbp, ctx, &ns, status, previous, &notes).await?;
+    Ok(Action::requeue(jitter(
+        requeue_after.min(ctx.settings.requeue_interval),
+        wbp,
+    )))
 }
 
 /// Step 1 (no client): merge the spec with the matching policies, the defaults and the manual
@@ -236,62 +272,6 @@ pub async fn observe_step(ctx: &Context, ns: &str, eff: &Effective, now: Timesta
     }
 }
 
-async fn reconcile_effective(
-    wbp: &WorkerBackpressure,
-    ctx: &Context,
-    ns: &str,
-    eff: &Effective,
-    now: Timestamp,
-) -> Result<Action, ReconcileError> {
-    let ownership = ctx.owners.ownership(wbp, &ctx.wbps);
-    if !ownership.may_act() {
-        let message = ownership.message().unwrap_or_default();
-        let why = NotReady::TargetUnavailable {
-            reason: Ownership::CONFLICT_REASON,
-            message: &message,
-        };
-        return report_not_ready(wbp, ctx, ns, why, now).await;
-    }
-    let observed = observe_step(ctx, ns, eff, now).await;
-    let previous = wbp.status.as_ref();
-    let target = match observed.target {
-        Ok(t) => t,
-        Err(e) => {
-            let message = e.to_string();
-            let why = NotReady::TargetUnavailable {
-                reason: e.reason(),
-                message: &message,
-            };
-            return report_not_ready(wbp, ctx, ns, why, now).await;
-        }
-    };
-    let (config, mut notes) = config_step(wbp, ctx, ns, eff, &observed.pods, previous, now).await?;
-
-    let observation = Observation {
-        now,
-        generation: wbp.metadata.generation,
-        current_replicas: target.spec_replicas,
-        ready_pods: observed.pods.iter().filter(|p| p.ready).count() as i32,
-        fleet: observed.fleet.as_ref().cloned().unwrap_or_default(),
-        metrics_error: observed.fleet.as_ref().err().map(ToString::to_string),
-        config: Some(config),
-    };
-    let decision = decide::decide(eff, previous, &observation);
-    ctx.metrics.decision(decision.regime, decision.action);
-    scale_step(wbp, ctx, ns, eff, &target, &decision).await?;
-    notes.extend(decision.events.iter().map(Note::from));
-    let hold_until = eff.manual_hold_until.map(|t| t.to_string());
-    let clamp = act::guard::clamp_for(eff, &decision, hold_until.as_deref());
-    let requeue_after = decision.requeue_after;
-    let mut status = decision.status;
-    guard_step(wbp, ctx, ns, eff, clamp, &mut status, &mut notes, now).await?;
-    report_step(wbp, ctx, ns, status, previous, &notes).await?;
-    Ok(Action::requeue(jitter(
-        requeue_after.min(ctx.settings.requeue_interval),
-        wbp,
-    )))
-}
-
 /// Step 3 (client): render the worker configuration into the owned ConfigMap and push it to
 /// the ready pods. The generation grows whenever the content changes
 /// ([`resolve::next_config_generation`]).
@@ -366,6 +346,31 @@ pub async fn config_step(
     ))
 }
 
+/// Step 4 (no client): what was observed, as [`decide::decide`] reads it, and its decision
+/// (counted in the metrics).
+fn decide_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    eff: &Effective,
+    target: &TargetState,
+    observed: &Observed,
+    config: ConfigStatus,
+    now: Timestamp,
+) -> decide::Decision {
+    let observation = Observation {
+        now,
+        generation: wbp.metadata.generation,
+        current_replicas: target.spec_replicas,
+        ready_pods: observed.pods.iter().filter(|p| p.ready).count() as i32,
+        fleet: observed.fleet.as_ref().cloned().unwrap_or_default(),
+        metrics_error: observed.fleet.as_ref().err().map(ToString::to_string),
+        config: Some(config),
+    };
+    let decision = decide::decide(eff, wbp.status.as_ref(), &observation);
+    ctx.metrics.decision(decision.regime, decision.action);
+    decision
+}
+
 /// Step 5 (client): write `/scale` when the decision changes the replicas, in Active mode.
 /// DryRun, Guard and Suspended never write to the target.
 pub async fn scale_step(
@@ -395,6 +400,48 @@ pub async fn scale_step(
     Ok(())
 }
 
+/// Retries a failed reconcile with exponential backoff: a third of the interval, doubling per
+/// consecutive failure of the same object, at most five minutes.
+pub fn error_policy(
+    wbp: Arc<WorkerBackpressure>,
+    err: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
+    let uid = wbp.metadata.uid.clone().unwrap_or_default();
+    let failures = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(uid).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+        Err(_) => 1,
+    };
+    let delay = error_backoff(ctx.settings.requeue_interval, failures);
+    tracing::warn!(
+        name = %wbp.name_any(), namespace = ?wbp.namespace(), error = %errors::Chain(err), failures,
+        retry_in = ?delay, "reconcile error"
+    );
+    Action::requeue(jitter(delay, &wbp))
+}
+
+/// The retry delay after `failures` consecutive failures.
+pub fn error_backoff(interval: Duration, failures: u32) -> Duration {
+    let base = (interval / 3).max(Duration::from_millis(100));
+    base.saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(Duration::from_secs(300))
+}
+
+/// Requeue after `base` plus up to 10% derived from the object's UID (stable per object,
+/// spreads objects over the interval without a random source).
+pub fn jitter(base: Duration, wbp: &WorkerBackpressure) -> Duration {
+    let uid = wbp.metadata.uid.as_deref().unwrap_or_default();
+    let h = uid
+        .bytes()
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let spread = base.as_millis() as u64 / 10;
+    base + Duration::from_millis(if spread == 0 { 0 } else { h % spread })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,5 +454,66 @@ mod tests {
         assert_eq!(error_backoff(i, 3), Duration::from_secs(20));
         assert_eq!(error_backoff(i, 10), Duration::from_secs(300));
         assert_eq!(error_backoff(i, u32::MAX), Duration::from_secs(300));
+    }
+
+    fn every_error() -> Vec<ReconcileError> {
+        let kube = || kube::Error::TlsRequired;
+        let json = serde_json::from_str::<u8>("x").unwrap_err();
+        let guard = act::guard::GuardError::Api {
+            verb: "patching",
+            kind: backpressure_api::v1alpha1::GuardKind::HorizontalPodAutoscaler,
+            name: "h".into(),
+            source: kube(),
+        };
+        vec![
+            ReconcileError::NoNamespace,
+            ReconcileError::Status(kube()),
+            ReconcileError::Scale(kube()),
+            ReconcileError::ConfigMap(kube()),
+            ReconcileError::Render(json),
+            ReconcileError::Guard(guard),
+            ReconcileError::Finalizer(kube()),
+        ]
+    }
+
+    #[test]
+    fn every_error_has_an_exported_category() {
+        let errors = every_error();
+        let categories: Vec<&str> = errors.iter().map(ReconcileError::category).collect();
+        assert_eq!(categories, ReconcileError::CATEGORIES);
+    }
+
+    #[test]
+    fn messages_do_not_repeat_their_cause() {
+        for e in every_error() {
+            let Some(cause) = std::error::Error::source(&e) else {
+                continue;
+            };
+            assert!(
+                !e.to_string().contains(&cause.to_string()),
+                "{e} repeats its cause"
+            );
+            let chain = errors::Chain(&e).to_string();
+            assert_eq!(
+                chain.matches("TLS required").count(),
+                usize::from(!matches!(e, ReconcileError::Render(_))),
+                "{chain}"
+            );
+        }
+        let guard = every_error().swap_remove(5);
+        assert_eq!(
+            errors::Chain(&guard).to_string(),
+            "guard: patching HorizontalPodAutoscaler h: TLS required but no TLS stack selected"
+        );
+    }
+
+    #[test]
+    fn condition_messages_keep_the_cause_after_the_message() {
+        let target = TargetError::Api("Deployment/w".into(), kube::Error::TlsRequired);
+        assert_eq!(
+            errors::with_cause(&target),
+            "reading target Deployment/w: TLS required but no TLS stack selected"
+        );
+        assert_eq!(target.reason(), "TargetUnreadable");
     }
 }
