@@ -1,4 +1,4 @@
-//! The runtime around [`reconcile`](crate::reconcile): the watches and caches, the triggers
+//! The runtime around [`crate::reconcile`]: the watches and caches, the triggers
 //! (target changes, policy changes, changed metrics), leader gating, the background tasks
 //! (policy statuses, fleet gauges, push-state sweeping, readiness) and the run loop. What one
 //! reconcile does is in [`crate::reconcile`], which imports nothing from here.
