@@ -52,8 +52,9 @@ fmt: ## Format the code
 	$(CARGO) fmt --all
 
 .PHONY: lint
-lint: ## cargo fmt --check, clippy -D warnings, and every document a comment cites exists
+lint: ## cargo fmt --check, clippy -D warnings, no import cycle in src/, every document a comment cites exists
 	tools/check-doc-refs.sh
+	tools/import-graph.sh >/dev/null
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 

@@ -1,4 +1,7 @@
-//! Controller wiring: the watches, the shared context, leader election and the run loop.
+//! The runtime around [`crate::reconcile`]: the watches and caches, the triggers
+//! (target changes, policy changes, changed metrics), leader gating, the background tasks
+//! (policy statuses, fleet gauges, push-state sweeping, readiness) and the run loop. What one
+//! reconcile does is in [`crate::reconcile`], which imports nothing from here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +14,7 @@ use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt as _;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{Config as WatcherConfig, watcher};
 use tokio::sync::watch;
@@ -20,11 +23,12 @@ use crate::act::configmap::{self, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::act::events::Recorder;
 use crate::act::push::{Identity, Pusher, TokenSource};
 use crate::admin::Health;
+use crate::errors::Chain;
 use crate::metrics::{FleetGauges, Metrics};
 use crate::observe::owners::OwnersIndex;
 use crate::observe::prometheus::{Changed, MetricsHub};
 use crate::observe::target::KindCache;
-use crate::reconcile::{self, ReconcileError};
+use crate::reconcile::{self, Context, ReconcileError, Settings};
 
 /// How often BackpressurePolicy statuses are recomputed (and a brake's expiry noticed).
 pub const POLICY_STATUS_INTERVAL: Duration = Duration::from_secs(2);
@@ -32,57 +36,6 @@ pub const POLICY_STATUS_INTERVAL: Duration = Duration::from_secs(2);
 /// How stale the grouping of objects by target may be: a conflict between two objects naming
 /// one target is noticed at most this much after the second appears.
 const OWNERS_MAX_AGE: Duration = Duration::from_secs(1);
-
-/// Settings the reconciler needs from the command line.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Prometheus for objects that name none.
-    pub default_prometheus: Option<String>,
-    /// Interval between reconciles of one object.
-    pub requeue_interval: Duration,
-}
-
-/// Everything a reconcile shares with the others.
-pub struct Context {
-    /// The API client.
-    pub client: kube::Client,
-    /// Consecutive reconcile failures per object (UID), for the error backoff.
-    pub failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
-    /// Operator metrics.
-    pub metrics: Arc<Metrics>,
-    /// Batched Prometheus reads.
-    pub hub: MetricsHub,
-    /// Discovery cache for target kinds.
-    pub kinds: KindCache,
-    /// Config pushes.
-    pub pusher: Pusher,
-    /// The push token.
-    pub tokens: TokenSource,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// All pods (shared reflector).
-    pub pods: Store<Pod>,
-    /// The operator's ConfigMaps.
-    pub configmaps: Store<ConfigMap>,
-    /// All BackpressurePolicy objects.
-    pub policies: Store<BackpressurePolicy>,
-    /// Namespace labels, for policy selectors.
-    pub namespaces: Store<PartialObjectMeta<Namespace>>,
-    /// Every WorkerBackpressure (the controller's own store).
-    pub wbps: Store<WorkerBackpressure>,
-    /// Which object acts on a target that several name.
-    pub owners: OwnersIndex,
-    /// Command-line settings.
-    pub settings: Settings,
-}
-
-impl std::fmt::Debug for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
 
 /// The objects to reconcile when the hub announces changed workloads: those in the workload's
 /// namespace whose `metrics.workload` (or, unset, target name) is the workload's. Policies do
@@ -164,6 +117,7 @@ pub async fn run(
         concurrency,
         mut leader,
     } = options;
+    metrics.export_reconcile_error_categories(&ReconcileError::CATEGORIES);
     let wbps: Api<WorkerBackpressure> = Api::all(client.clone());
     // Fail early and clearly when the CRDs are missing.
     if let Err(e) = wbps.list(&kube::api::ListParams::default().limit(1)).await {
@@ -415,10 +369,10 @@ pub async fn run(
         .reconcile_all_on(policy_changes)
         .reconcile_on(metric_changes)
         .graceful_shutdown_on(stop)
-        .run(reconcile::reconcile, error_policy, ctx.clone())
+        .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
         .for_each(|r| async move {
             if let Err(e) = r {
-                tracing::debug!(error = %e, "reconcile failed");
+                tracing::debug!(error = %Chain(&e), "reconcile failed");
             }
         })
         .await;
@@ -479,33 +433,6 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
-/// Retries a failed reconcile with exponential backoff: a third of the interval, doubling per
-/// consecutive failure of the same object, at most five minutes.
-fn error_policy(wbp: Arc<WorkerBackpressure>, err: &ReconcileError, ctx: Arc<Context>) -> Action {
-    let uid = wbp.metadata.uid.clone().unwrap_or_default();
-    let failures = match ctx.failures.lock() {
-        Ok(mut f) => {
-            let n = f.entry(uid).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        }
-        Err(_) => 1,
-    };
-    let delay = error_backoff(ctx.settings.requeue_interval, failures);
-    tracing::warn!(
-        name = %wbp.name_any(), namespace = ?wbp.namespace(), error = %err, failures,
-        retry_in = ?delay, "reconcile error"
-    );
-    Action::requeue(reconcile::jitter(delay, &wbp))
-}
-
-/// The retry delay after `failures` consecutive failures.
-pub fn error_backoff(interval: Duration, failures: u32) -> Duration {
-    let base = (interval / 3).max(Duration::from_millis(100));
-    base.saturating_mul(1u32 << failures.saturating_sub(1).min(16))
-        .min(Duration::from_secs(300))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,16 +445,6 @@ mod tests {
         assert!(b.iter().all(|d| *d <= Duration::from_secs(3)));
         assert_eq!(b[5], Duration::from_secs(3));
     }
-
-    #[test]
-    fn error_backoff_doubles_up_to_five_minutes() {
-        let i = Duration::from_secs(15);
-        assert_eq!(error_backoff(i, 1), Duration::from_secs(5));
-        assert_eq!(error_backoff(i, 2), Duration::from_secs(10));
-        assert_eq!(error_backoff(i, 3), Duration::from_secs(20));
-        assert_eq!(error_backoff(i, 10), Duration::from_secs(300));
-        assert_eq!(error_backoff(i, u32::MAX), Duration::from_secs(300));
-    }
 }
 
 /// Why the operator stopped.
@@ -535,11 +452,11 @@ mod tests {
 pub enum RunError {
     /// The CRDs are not installed or not readable.
     #[error(
-        "cannot list WorkerBackpressure objects (are the CRDs installed and the RBAC applied?): {0}"
+        "cannot list WorkerBackpressure objects (are the CRDs installed and the RBAC applied?)"
     )]
     Crd(#[source] kube::Error),
     /// The HTTP client could not be built.
-    #[error("building an HTTP client: {0}")]
+    #[error("building an HTTP client")]
     Http(#[source] reqwest::Error),
     /// Leadership was lost.
     #[error("leadership lost")]

@@ -30,7 +30,7 @@ pub struct LeaseConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
     /// API error other than a lost race.
-    #[error("lease {0}: {1}")]
+    #[error("lease {0}")]
     Api(String, #[source] kube::Error),
 }
 
@@ -118,7 +118,7 @@ pub async fn run(client: kube::Client, cfg: LeaseConfig, tx: watch::Sender<bool>
                 let _ = tx.send(false);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "leader election round failed");
+                tracing::warn!(error = %crate::errors::Chain(&e), "leader election round failed");
                 if last_renewal.is_none_or(|t| t.elapsed() >= cfg.duration) && *tx.borrow() {
                     tracing::warn!("could not renew the lease within its duration; stepping down");
                     let _ = tx.send(false);

@@ -1,17 +1,26 @@
 //! backpressure-operator: reconciles `WorkerBackpressure` objects.
 //!
-//! Where things are:
+//! Where things are, in layers; each imports only the layers below it (`tools/import-graph.sh`
+//! prints the import graph of these modules and fails on a cycle):
+//! - the runtime: [`run`] (here), [`controller`] (watches, triggers, leader gating, background
+//!   tasks), [`leader`], [`admin`], [`telemetry`], [`cli`];
+//! - [`reconcile`]: one reconcile as named steps, and what it needs from the runtime
+//!   ([`reconcile::Context`]);
+//! - [`metrics`]: the operator's metrics registry (observe and act record into it through the
+//!   small traits they define, without depending on it);
+//! - [`observe`] (reads) and [`act`] (writes), the I/O around the decision;
+//!   [`policy_status`]: what each BackpressurePolicy applies to, in its status;
+//!   [`annotations`]: the manual overrides of `kubectl wbp`; [`plugin`]: that plugin's views;
 //! - `backpressure_core` (its own crate, no client): `resolve`, the precedence of spec,
 //!   policies and defaults, and `decide`, the pure decision shared with the simulator;
-//! - [`observe`], [`act`], [`reconcile`]: the I/O around them, as named steps;
-//! - [`policy_status`]: what each BackpressurePolicy applies to, in its status;
-//! - [`controller`], [`leader`], [`admin`], [`metrics`], [`telemetry`], [`cli`]: the runtime.
+//! - `backpressure_api`: the CRD types, the wire contract and the field manager.
 
 pub mod act;
 pub mod admin;
 pub mod annotations;
 pub mod cli;
 pub mod controller;
+pub mod errors;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
@@ -71,7 +80,7 @@ pub async fn run(args: cli::RunArgs) -> anyhow::Result<()> {
         None
     };
 
-    let settings = controller::Settings {
+    let settings = reconcile::Settings {
         default_prometheus: args.prometheus_url.clone(),
         requeue_interval: args.requeue_interval,
     };

@@ -12,6 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::act::push::PushRecorder;
+use crate::observe::prometheus::QueryRecorder;
 use crate::observe::promql::MetricKind;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -28,6 +30,11 @@ struct DecisionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CategoryLabel {
+    category: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -113,6 +120,7 @@ pub struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     ramp_aborts: Counter,
     reconciles: Family<ResultLabel, Counter>,
+    reconcile_errors: Family<CategoryLabel, Counter>,
     reconcile_duration: Histogram,
     query_errors: Family<QueryLabel, Counter>,
     query_duration: Family<QueryLabel, Histogram>,
@@ -138,6 +146,7 @@ impl Default for Metrics {
             decisions: Family::default(),
             ramp_aborts: Counter::default(),
             reconciles: Family::default(),
+            reconcile_errors: Family::default(),
             reconcile_duration: Histogram::new([
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             ]),
@@ -187,6 +196,11 @@ impl Default for Metrics {
             format!("{p}_reconciles"),
             "Reconciles finished",
             m.reconciles.clone(),
+        );
+        registry.register(
+            format!("{p}_reconcile_errors"),
+            "Failed reconciles by what failed",
+            m.reconcile_errors.clone(),
         );
         registry.register(
             format!("{p}_reconcile_duration_seconds"),
@@ -258,6 +272,17 @@ impl Metrics {
             metrics: self,
             start: Instant::now(),
             ok: false,
+        }
+    }
+
+    /// Exports `backpressure_operator_reconcile_errors_total` with each of `categories` (what
+    /// a reconcile error can be, `ReconcileError::CATEGORIES`) at zero, so every label value is
+    /// there from the start.
+    pub fn export_reconcile_error_categories(&self, categories: &[&'static str]) {
+        for &category in categories {
+            let _ = self
+                .reconcile_errors
+                .get_or_create(&CategoryLabel { category });
         }
     }
 
@@ -334,6 +359,18 @@ impl Metrics {
     }
 }
 
+impl QueryRecorder for Metrics {
+    fn record_query(&self, kind: MetricKind, took: Duration, ok: bool) {
+        self.observe_query(kind, took, ok);
+    }
+}
+
+impl PushRecorder for Metrics {
+    fn record_push(&self, ok: bool) {
+        self.push(ok);
+    }
+}
+
 /// Records a reconcile's duration and result when dropped.
 #[derive(Debug)]
 pub struct ReconcileTimer<'a> {
@@ -346,6 +383,16 @@ impl ReconcileTimer<'_> {
     /// Marks the reconcile as successful.
     pub fn success(mut self) {
         self.ok = true;
+    }
+
+    /// Marks the reconcile as failed, and counts the failure under `category` (a fixed value
+    /// per kind of error: the label's cardinality stays fixed). A timer dropped without either
+    /// (a reconcile cancelled at shutdown, or a panic) counts as an error without a category.
+    pub fn failure(self, category: &'static str) {
+        self.metrics
+            .reconcile_errors
+            .get_or_create(&CategoryLabel { category })
+            .inc();
     }
 }
 
@@ -373,6 +420,7 @@ mod tests {
         m.observe_query(MetricKind::Backoff, Duration::from_millis(3), false);
         m.push(true);
         m.reconcile_timer().success();
+        m.reconcile_timer().failure("status");
         let text = m.encode();
         let doc = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -388,7 +436,9 @@ mod tests {
             "backpressure_operator_decisions_total{regime=\"DependencyFailing\",action=\"HoldScaleOut\"} 1",
             "backpressure_operator_ramp_aborts_total 0",
             "backpressure_operator_reconciles_total{result=\"success\"} 1",
-            "backpressure_operator_reconcile_duration_seconds_count 1",
+            "backpressure_operator_reconciles_total{result=\"error\"} 1",
+            "backpressure_operator_reconcile_errors_total{category=\"status\"} 1",
+            "backpressure_operator_reconcile_duration_seconds_count 2",
             "backpressure_operator_prometheus_query_errors_total{query=\"backoff\"} 1",
             "backpressure_operator_prometheus_query_duration_seconds_count{query=\"backoff\"} 1",
             "backpressure_operator_config_pushes_total{result=\"success\"} 1",

@@ -94,7 +94,7 @@ pub enum GuardError {
         why: String,
     },
     /// Reading or patching failed.
-    #[error("{verb} {kind:?} {name}: {source}")]
+    #[error("{verb} {kind:?} {name}")]
     Api {
         /// `reading` or `patching`.
         verb: &'static str,

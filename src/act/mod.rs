@@ -5,6 +5,7 @@ pub mod configmap;
 pub mod events;
 pub mod guard;
 pub mod push;
+pub mod scale;
 
 use events::{EventSpec, Recorder};
 

@@ -16,7 +16,6 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 
-use crate::metrics::Metrics;
 use crate::observe::target::PodInfo;
 
 /// Timeout of one push.
@@ -25,6 +24,13 @@ pub const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
 const PUSH_CONCURRENCY: usize = 32;
 /// A confirmed pod is asked again after this long (it may have restarted).
 const RECONFIRM_AFTER: Duration = Duration::from_secs(300);
+
+/// Where [`Pusher::sync`] records each push and whether the pod accepted it. The operator's
+/// metrics registry implements it; act does not depend on the registry.
+pub trait PushRecorder: Send + Sync {
+    /// Records one push.
+    fn record_push(&self, ok: bool);
+}
 
 /// Who the operator is, for minting its push token.
 #[derive(Debug, Clone)]
@@ -155,7 +161,7 @@ impl Pusher {
         pods: &[PodInfo],
         config: &WorkerConfig,
         token: Option<&str>,
-        metrics: &Metrics,
+        recorder: &dyn PushRecorder,
         dry_run: bool,
     ) -> PushReport {
         let now = Instant::now();
@@ -204,7 +210,7 @@ impl Pusher {
             .await;
         let mut failed = Vec::new();
         for (uid, name, r) in results {
-            metrics.push(r.is_ok());
+            recorder.record_push(r.is_ok());
             match r {
                 Ok(ack) => self.update(&uid, |s| {
                     s.confirmed_hash = Some(ack.hash);

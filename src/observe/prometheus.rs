@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
-use crate::metrics::Metrics;
 use crate::observe::promql::{BatchResult, MetricKind, fold_series};
 
 /// `(namespace, workload)` pairs whose value changed in a fresh answer.
@@ -27,6 +26,14 @@ pub type Changed = Arc<Vec<(String, String)>>;
 /// Announcements kept for a slow subscriber; one that falls further behind misses some, and
 /// its objects are reconciled at their regular requeue instead.
 const CHANGES_BUFFER: usize = 256;
+
+/// Where the hub records each query it runs: its kind, how long it took and whether it
+/// succeeded. The operator's metrics registry implements it; observe does not depend on the
+/// registry (which sits above it and names the metric kinds).
+pub trait QueryRecorder: Send + Sync + std::fmt::Debug {
+    /// Records one batched query.
+    fn record_query(&self, kind: MetricKind, took: Duration, ok: bool);
+}
 
 /// Credentials for a Prometheus, read from the object's `secretRef`.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
@@ -96,13 +103,14 @@ struct Slot {
 pub struct MetricsHub {
     http: reqwest::Client,
     slots: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Slot>>>>,
-    metrics: Arc<Metrics>,
+    recorder: Arc<dyn QueryRecorder>,
     changes: broadcast::Sender<Changed>,
 }
 
 impl MetricsHub {
-    /// A hub whose HTTP client has `connect_timeout`.
-    pub fn new(metrics: Arc<Metrics>) -> Result<Self, reqwest::Error> {
+    /// A hub whose HTTP client has `connect_timeout`; every query it runs is recorded in
+    /// `recorder`.
+    pub fn new(recorder: Arc<dyn QueryRecorder>) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
             .pool_idle_timeout(Duration::from_secs(90))
@@ -110,7 +118,7 @@ impl MetricsHub {
         Ok(Self {
             http,
             slots: Mutex::new(HashMap::new()),
-            metrics,
+            recorder,
             changes: broadcast::channel(CHANGES_BUFFER).0,
         })
     }
@@ -155,8 +163,8 @@ impl MetricsHub {
             .fetch(kind, address, auth, query, timeout)
             .await
             .map(Arc::new);
-        self.metrics
-            .observe_query(kind, started.elapsed(), result.is_ok());
+        self.recorder
+            .record_query(kind, started.elapsed(), result.is_ok());
         if let Some((_, previous)) = &slot.fetched {
             let changed = changed_workloads(previous, &result);
             if !changed.is_empty() {

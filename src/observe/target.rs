@@ -45,8 +45,22 @@ pub enum TargetError {
     #[error("target {0} reports no usable label selector in its /scale status: {1}")]
     Selector(String, String),
     /// Any other API error.
-    #[error("reading target {0}: {1}")]
+    #[error("reading target {0}")]
     Api(String, #[source] kube::Error),
+}
+
+impl TargetError {
+    /// The condition and event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TargetError::UnknownKind { .. } => "TargetKindUnknown",
+            TargetError::ClusterScoped(_) => "TargetNotNamespaced",
+            TargetError::NoScale(_) => "TargetHasNoScale",
+            TargetError::NotFound { .. } => "TargetNotFound",
+            TargetError::Selector(..) => "TargetSelectorInvalid",
+            TargetError::Api(..) => "TargetUnreadable",
+        }
+    }
 }
 
 /// The target as observed.
@@ -153,27 +167,6 @@ pub async fn read_target(
         status_replicas: status.replicas,
         selector,
     })
-}
-
-/// Sets `spec.replicas` through `/scale`.
-pub async fn write_scale(
-    client: &kube::Client,
-    namespace: &str,
-    resource: &ApiResource,
-    name: &str,
-    replicas: i32,
-) -> Result<(), kube::Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-    let patch = serde_json::json!({"spec": {"replicas": replicas}});
-    // A dedicated field manager: `spec.replicas` shows as owned by the operator, and GitOps
-    // tools can tell its writes from theirs.
-    let params = kube::api::PatchParams {
-        field_manager: Some(backpressure_api::FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    api.patch_scale(name, &params, &kube::api::Patch::Merge(&patch))
-        .await
-        .map(|_| ())
 }
 
 /// A pod of the target as the operator sees it.

@@ -1,0 +1,519 @@
+//! One reconcile of a WorkerBackpressure, as named steps:
+//!
+//! | step | client? | what |
+//! |---|---|---|
+//! | [`resolve_step`] | no (caches) | spec + matching policies + defaults + annotations → `Effective` |
+//! | [`observe_step`] | yes | target `/scale`, its pods (cache), batched fleet metrics |
+//! | [`config_step`] | yes | the worker ConfigMap and config pushes → pods in sync |
+//! | `decide` | no | [`backpressure_core::decide::decide`]: regime, replicas, ramp, conditions, events |
+//! | [`scale_step`] | yes | `/scale`, in Active mode only |
+//! | [`guard_step`] | yes | Guard mode: clamp or restore the guarded HPA / ScaledObject ([`act::guard`]) |
+//! | [`report_step`] | yes | server-side-applied status (only when it changed), events |
+//!
+//! An object that cannot act this time — its spec does not resolve, its target cannot be
+//! read, or an older object acts on the same target — stops after resolve or observe and
+//! reports why ([`report_not_ready`]), writing nothing else.
+//!
+//! A Guard-mode object carries the finalizer [`act::guard::FINALIZER`]: deleting it (or leaving
+//! Guard mode) first restores the guarded autoscaler's original settings.
+//!
+//! A no-op reconcile writes nothing: every write is preceded by a comparison with what is
+//! already there.
+//!
+//! Layout: the steps above are here, the Guard-mode steps in `guard.rs`, the status write and
+//! the not-ready path in `report.rs`, and what the reconcile needs from the runtime
+//! ([`Context`], [`Settings`]) in `context.rs`. The controller (the watches and background
+//! tasks) calls [`reconcile`] and [`error_policy`]; nothing here imports the controller.
+
+mod context;
+mod guard;
+mod report;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backpressure_api::v1alpha1::{
+    ConfigStatus, Mode, WorkerBackpressure, WorkerBackpressureStatus,
+};
+use backpressure_api::wire::WorkerConfig;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::act::{self, Note, configmap};
+use crate::annotations;
+use crate::errors;
+use crate::observe::owners::Ownership;
+use crate::observe::target::{self, PodInfo, TargetError, TargetState};
+use crate::observe::{self, FleetMetrics, MetricsError};
+use backpressure_core::decide::{self, Observation};
+use backpressure_core::resolve::{self, Effective, PolicyInput, ResolveError};
+
+pub use context::{Context, Settings};
+pub use guard::guard_step;
+pub use report::{NotReady, report_not_ready, report_step};
+
+/// Errors that make a reconcile retry sooner. Problems with the object itself (a bad spec, a
+/// missing target, metrics down) are not errors: they are reported in status and events.
+///
+/// Each message names the step that failed; the cause is the [`source`](std::error::Error::source)
+/// and is printed once, by whoever prints the chain ([`crate::errors::Chain`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The object has no namespace (impossible for a namespaced kind).
+    #[error("object has no namespace")]
+    NoNamespace,
+    /// Writing status failed.
+    #[error("writing status")]
+    Status(#[source] kube::Error),
+    /// Writing `/scale` failed.
+    #[error("writing /scale")]
+    Scale(#[source] kube::Error),
+    /// Writing the ConfigMap failed.
+    #[error("writing the worker ConfigMap")]
+    ConfigMap(#[source] kube::Error),
+    /// Rendering failed.
+    #[error("rendering the worker ConfigMap")]
+    Render(#[source] serde_json::Error),
+    /// Restoring or clamping the guarded autoscaler failed in a way worth retrying soon.
+    #[error("guard")]
+    Guard(#[source] act::guard::GuardError),
+    /// Adding or removing the guard finalizer failed.
+    #[error("guard finalizer")]
+    Finalizer(#[source] kube::Error),
+}
+
+impl ReconcileError {
+    /// Every [`category`](Self::category), for exporting each label value from the start.
+    pub const CATEGORIES: [&'static str; 7] = [
+        "namespace",
+        "status",
+        "scale",
+        "configmap",
+        "render",
+        "guard",
+        "finalizer",
+    ];
+
+    /// What failed, as the `category` label of `backpressure_operator_reconcile_errors_total`:
+    /// one fixed value per variant, never anything from the object or the cause.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ReconcileError::NoNamespace => "namespace",
+            ReconcileError::Status(_) => "status",
+            ReconcileError::Scale(_) => "scale",
+            ReconcileError::ConfigMap(_) => "configmap",
+            ReconcileError::Render(_) => "render",
+            ReconcileError::Guard(_) => "guard",
+            ReconcileError::Finalizer(_) => "finalizer",
+        }
+    }
+}
+
+/// The reconcile entry point: the [steps](self), timed and counted in the operator's metrics.
+pub async fn reconcile(
+    wbp: Arc<WorkerBackpressure>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let timer = ctx.metrics.reconcile_timer();
+    let result = steps(&wbp, &ctx).await;
+    match &result {
+        Ok(_) => {
+            if let (Ok(mut f), Some(uid)) = (ctx.failures.lock(), wbp.metadata.uid.as_deref()) {
+                f.remove(uid);
+            }
+            timer.success();
+        }
+        Err(e) => timer.failure(e.category()),
+    }
+    result
+}
+
+/// The steps of one reconcile, in order (the table above).
+async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, ReconcileError> {
+    let ns = wbp.namespace().ok_or(ReconcileError::NoNamespace)?;
+    if wbp.metadata.deletion_timestamp.is_some() {
+        return guard::finalize(wbp, ctx, &ns).await;
+    }
+    let now = Timestamp::now();
+    let eff = match resolve_step(wbp, ctx, &ns, now) {
+        Ok(eff) => eff,
+        Err(err) => {
+            return report_not_ready(wbp, ctx, &ns, NotReady::InvalidSpec(&err), now).await;
+        }
+    };
+    let ownership = ctx.owners.ownership(wbp, &ctx.wbps);
+    if !ownership.may_act() {
+        let message = ownership.message().unwrap_or_default();
+        let why = NotReady::TargetUnavailable {
+            reason: Ownership::CONFLICT_REASON,
+            message: &message,
+        };
+        return report_not_ready(wbp, ctx, &ns, why, now).await;
+    }
+    let observed = observe_step(ctx, &ns, &eff, now).await;
+    let target = match &observed.target {
+        Ok(t) => t,
+        Err(e) => {
+            let message = errors::with_cause(e);
+            let why = NotReady::TargetUnavailable {
+                reason: e.reason(),
+                message: &message,
+            };
+            return report_not_ready(wbp, ctx, &ns, why, now).await;
+        }
+    };
+    let previous = wbp.status.as_ref();
+    let (config, mut notes) =
+        config_step(wbp, ctx, &ns, &eff, &observed.pods, previous, now).await?;
+    let decision = decide_step(wbp, ctx, &eff, target, &observed, config, now);
+    scale_step(wbp, ctx, &ns, &eff, target, &decision).await?;
+    notes.extend(decision.events.iter().map(Note::from));
+    let hold_until = eff.manual_hold_until.map(|t| t.to_string());
+    let clamp = act::guard::clamp_for(&eff, &decision, hold_until.as_deref());
+    let requeue_after = decision.requeue_after;
+    let mut status = decision.status;
+    guard_step(wbp, ctx, &ns, &eff, clamp, &mut status, &mut notes, now).await?;
+    report_step(wbp, ctx, &ns, status, previous, &notes).await?;
+    Ok(Action::requeue(jitter(
+        requeue_after.min(ctx.settings.requeue_interval),
+        wbp,
+    )))
+}
+
+/// Step 1 (no client): merge the spec with the matching policies, the defaults and the manual
+/// overrides of `kubectl wbp` (annotations).
+pub fn resolve_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    now: Timestamp,
+) -> Result<Effective, ResolveError> {
+    let ns_labels = ctx
+        .namespaces
+        .state()
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(ns))
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default();
+    let policies = ctx.policies.state();
+    let inputs: Vec<PolicyInput<'_>> = policies
+        .iter()
+        .filter_map(|p| {
+            let name = p.metadata.name.as_deref()?;
+            let selected =
+                resolve::namespace_selector_matches(p.spec.namespace_selector.as_ref(), &ns_labels)
+                    .unwrap_or(false);
+            selected.then_some(PolicyInput {
+                name,
+                spec: &p.spec,
+            })
+        })
+        .collect();
+    let mut effective = resolve::resolve(&wbp.spec, &inputs, now)?;
+    if effective.metrics.address.is_none() {
+        effective.metrics.address = ctx.settings.default_prometheus.clone();
+    }
+    let manual = annotations::read(wbp.metadata.annotations.as_ref(), now);
+    effective.manual_hold_until = manual.hold_until;
+    if manual.dry_run && !effective.dry_run {
+        effective.dry_run = true;
+        effective.dry_run_by = Some(format!("annotation {}", annotations::DRY_RUN));
+    }
+    Ok(effective)
+}
+
+/// What observe found.
+#[derive(Debug)]
+pub struct Observed {
+    /// The target, or why it could not be read.
+    pub target: Result<TargetState, TargetError>,
+    /// Its pods (empty when the target is unreadable).
+    pub pods: Vec<PodInfo>,
+    /// Fleet metrics, or why they could not be read.
+    pub fleet: Result<FleetMetrics, MetricsError>,
+}
+
+/// Step 2 (client): the target, its pods and the fleet metrics.
+pub async fn observe_step(ctx: &Context, ns: &str, eff: &Effective, now: Timestamp) -> Observed {
+    let target = target::read_target(&ctx.client, &ctx.kinds, ns, &eff.target_ref).await;
+    let pods = match &target {
+        Ok(t) => target::pods_of(&ctx.pods, ns, &t.selector),
+        Err(_) => Vec::new(),
+    };
+    let fleet = async {
+        let address = eff
+            .metrics
+            .address
+            .as_deref()
+            .ok_or(MetricsError::NoAddress)?;
+        let auth = observe::prometheus_auth(&ctx.client, ns, &eff.metrics).await?;
+        // One fetch per query per interval, however many objects read it (the batch); the
+        // objects whose values a fetch changes are reconciled at once (the hub's announcements).
+        let max_age = ctx.settings.requeue_interval;
+        let now_unix = now.as_millisecond() as f64 / 1000.0;
+        observe::read_fleet(
+            &ctx.hub,
+            address,
+            &auth,
+            ns,
+            &eff.metrics,
+            now_unix,
+            max_age,
+        )
+        .await
+    }
+    .await;
+    Observed {
+        target,
+        pods,
+        fleet,
+    }
+}
+
+/// Step 3 (client): render the worker configuration into the owned ConfigMap and push it to
+/// the ready pods. The generation grows whenever the content changes
+/// ([`resolve::next_config_generation`]).
+pub async fn config_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    eff: &Effective,
+    pods: &[PodInfo],
+    previous: Option<&WorkerBackpressureStatus>,
+    now: Timestamp,
+) -> Result<(ConfigStatus, Vec<Note>), ReconcileError> {
+    let rendered = resolve::render_worker_config(eff, 0).with_hash();
+    let generation = resolve::next_config_generation(
+        previous
+            .and_then(|s| s.config.as_ref())
+            .map(|c| (c.hash.as_str(), c.generation.unwrap_or(0))),
+        &rendered.hash,
+        now,
+    );
+    let config: WorkerConfig = WorkerConfig {
+        generation,
+        hash: String::new(),
+        ..rendered
+    }
+    .with_hash();
+    let quiet = eff.dry_run || eff.suspend;
+    if !quiet {
+        let desired = configmap::desired(wbp, &config).map_err(ReconcileError::Render)?;
+        let existing = desired
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|name| ctx.configmaps.get(&ObjectRef::new(name).within(ns)));
+        if !configmap::up_to_date(existing.as_deref(), &desired) {
+            configmap::apply(&ctx.client, &desired)
+                .await
+                .map_err(ReconcileError::ConfigMap)?;
+        }
+    }
+    let token = match ctx.tokens.token(&ctx.client).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot mint the config push token");
+            None
+        }
+    };
+    let report = ctx
+        .pusher
+        .sync(pods, &config, token.as_deref(), &*ctx.metrics, quiet)
+        .await;
+    let mut notes = Vec::new();
+    if let Some((pod, why)) = report.failed.first() {
+        notes.push(Note {
+            warning: true,
+            reason: "ConfigPushFailed".into(),
+            action: "PushConfig".into(),
+            message: format!(
+                "config {} reached {} of {} ready pods; push to {pod} failed: {why} (retried with backoff)",
+                config.hash, report.in_sync, report.total
+            ),
+        });
+    }
+    Ok((
+        ConfigStatus {
+            hash: config.hash.clone(),
+            generation: Some(config.generation),
+            pods_in_sync: report.in_sync,
+            pods_total: report.total,
+        },
+        notes,
+    ))
+}
+
+/// Step 4 (no client): what was observed, as [`decide::decide`] reads it, and its decision
+/// (counted in the metrics).
+fn decide_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    eff: &Effective,
+    target: &TargetState,
+    observed: &Observed,
+    config: ConfigStatus,
+    now: Timestamp,
+) -> decide::Decision {
+    let observation = Observation {
+        now,
+        generation: wbp.metadata.generation,
+        current_replicas: target.spec_replicas,
+        ready_pods: observed.pods.iter().filter(|p| p.ready).count() as i32,
+        fleet: observed.fleet.as_ref().cloned().unwrap_or_default(),
+        metrics_error: observed.fleet.as_ref().err().map(ToString::to_string),
+        config: Some(config),
+    };
+    let decision = decide::decide(eff, wbp.status.as_ref(), &observation);
+    ctx.metrics.decision(decision.regime, decision.action);
+    decision
+}
+
+/// Step 5 (client): write `/scale` when the decision changes the replicas, in Active mode.
+/// DryRun, Guard and Suspended never write to the target.
+pub async fn scale_step(
+    wbp: &WorkerBackpressure,
+    ctx: &Context,
+    ns: &str,
+    eff: &Effective,
+    target: &TargetState,
+    decision: &decide::Decision,
+) -> Result<(), ReconcileError> {
+    if eff.mode != Mode::Active || eff.dry_run {
+        return Ok(());
+    }
+    let Some(to) = decision.scale_to() else {
+        return Ok(());
+    };
+    if to == target.spec_replicas {
+        return Ok(());
+    }
+    act::scale::write_scale(&ctx.client, ns, &target.resource, &eff.target_ref.name, to)
+        .await
+        .map_err(ReconcileError::Scale)?;
+    tracing::info!(
+        namespace = ns, name = %wbp.name_any(), from = target.spec_replicas, to,
+        action = decision.action.as_str(), reason = %decision.reason, "scaled target"
+    );
+    Ok(())
+}
+
+/// Retries a failed reconcile with exponential backoff: a third of the interval, doubling per
+/// consecutive failure of the same object, at most five minutes.
+pub fn error_policy(
+    wbp: Arc<WorkerBackpressure>,
+    err: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
+    let uid = wbp.metadata.uid.clone().unwrap_or_default();
+    let failures = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(uid).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+        Err(_) => 1,
+    };
+    let delay = error_backoff(ctx.settings.requeue_interval, failures);
+    tracing::warn!(
+        name = %wbp.name_any(), namespace = ?wbp.namespace(), error = %errors::Chain(err), failures,
+        retry_in = ?delay, "reconcile error"
+    );
+    Action::requeue(jitter(delay, &wbp))
+}
+
+/// The retry delay after `failures` consecutive failures.
+pub fn error_backoff(interval: Duration, failures: u32) -> Duration {
+    let base = (interval / 3).max(Duration::from_millis(100));
+    base.saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(Duration::from_secs(300))
+}
+
+/// Requeue after `base` plus up to 10% derived from the object's UID (stable per object,
+/// spreads objects over the interval without a random source).
+pub fn jitter(base: Duration, wbp: &WorkerBackpressure) -> Duration {
+    let uid = wbp.metadata.uid.as_deref().unwrap_or_default();
+    let h = uid
+        .bytes()
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let spread = base.as_millis() as u64 / 10;
+    base + Duration::from_millis(if spread == 0 { 0 } else { h % spread })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_backoff_doubles_up_to_five_minutes() {
+        let i = Duration::from_secs(15);
+        assert_eq!(error_backoff(i, 1), Duration::from_secs(5));
+        assert_eq!(error_backoff(i, 2), Duration::from_secs(10));
+        assert_eq!(error_backoff(i, 3), Duration::from_secs(20));
+        assert_eq!(error_backoff(i, 10), Duration::from_secs(300));
+        assert_eq!(error_backoff(i, u32::MAX), Duration::from_secs(300));
+    }
+
+    fn every_error() -> Vec<ReconcileError> {
+        let kube = || kube::Error::TlsRequired;
+        let json = serde_json::from_str::<u8>("x").unwrap_err();
+        let guard = act::guard::GuardError::Api {
+            verb: "patching",
+            kind: backpressure_api::v1alpha1::GuardKind::HorizontalPodAutoscaler,
+            name: "h".into(),
+            source: kube(),
+        };
+        vec![
+            ReconcileError::NoNamespace,
+            ReconcileError::Status(kube()),
+            ReconcileError::Scale(kube()),
+            ReconcileError::ConfigMap(kube()),
+            ReconcileError::Render(json),
+            ReconcileError::Guard(guard),
+            ReconcileError::Finalizer(kube()),
+        ]
+    }
+
+    #[test]
+    fn every_error_has_an_exported_category() {
+        let errors = every_error();
+        let categories: Vec<&str> = errors.iter().map(ReconcileError::category).collect();
+        assert_eq!(categories, ReconcileError::CATEGORIES);
+    }
+
+    #[test]
+    fn messages_do_not_repeat_their_cause() {
+        for e in every_error() {
+            let Some(cause) = std::error::Error::source(&e) else {
+                continue;
+            };
+            assert!(
+                !e.to_string().contains(&cause.to_string()),
+                "{e} repeats its cause"
+            );
+            let chain = errors::Chain(&e).to_string();
+            assert_eq!(
+                chain.matches("TLS required").count(),
+                usize::from(!matches!(e, ReconcileError::Render(_))),
+                "{chain}"
+            );
+        }
+        let guard = every_error().swap_remove(5);
+        assert_eq!(
+            errors::Chain(&guard).to_string(),
+            "guard: patching HorizontalPodAutoscaler h: TLS required but no TLS stack selected"
+        );
+    }
+
+    #[test]
+    fn condition_messages_keep_the_cause_after_the_message() {
+        let target = TargetError::Api("Deployment/w".into(), kube::Error::TlsRequired);
+        assert_eq!(
+            errors::with_cause(&target),
+            "reading target Deployment/w: TLS required but no TLS stack selected"
+        );
+        assert_eq!(target.reason(), "TargetUnreadable");
+    }
+}
