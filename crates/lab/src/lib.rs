@@ -4,13 +4,13 @@
 //! the Deployment's pods into real worker processes on 127.0.0.N ([`kubelet`], [`worker`]), a
 //! Redis-streams queue ([`queue`]), a fault-injectable dependency ([`dependency`]), a producer
 //! ([`producer`]), Prometheus ([`prom`]), the operator of this repository as a separate process
-//! ([`operator`]) and, for comparison, a queue-age scaler ([`hpa`]). [`run`] runs a scenario
-//! ([`scenario`]) through both, [`record`] holds what happened and the end-to-end checks, and
-//! [`plot`] draws it.
+//! ([`operator`]) and, for comparison, a queue-age scaler: the simulator's HPA model
+//! ([`backpressure_sim::autoscaler::Hpa`]) with the parameters of [`scenario::HpaLikeSpec`].
+//! [`run`] runs a scenario ([`scenario`]) through both, [`record`] holds what happened and the
+//! end-to-end checks, and [`plot`] draws it.
 
 pub mod cluster;
 pub mod dependency;
-pub mod hpa;
 pub mod kubelet;
 pub mod operator;
 pub mod plot;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use backpressure_api::v1alpha1::{WorkerBackpressure, WorkerSpec};
 use backpressure_api::wire::{WorkerConfig, metrics as m};
+use backpressure_sim::autoscaler::{Autoscaler as _, Hpa, Observation};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
@@ -18,7 +19,6 @@ use tokio::time::Instant;
 
 use crate::cluster::{Cluster, OPERATOR_NAMESPACE};
 use crate::dependency::Dependency;
-use crate::hpa::HpaLike;
 use crate::kubelet::{Kubelet, Launch, Launcher};
 use crate::prom::{self, ApiAccess, LabPrometheus};
 use crate::queue::{Queue, RedisServer};
@@ -412,7 +412,14 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let http = reqwest::Client::new();
     let hpa_task = {
         let (min, max) = sc.replica_bounds();
-        let scaler = HpaLike::new(sc.hpa_like.clone(), min, max);
+        let min = u32::try_from(min.max(1)).unwrap_or(1);
+        let max = u32::try_from(max).unwrap_or(min);
+        let scaler = Hpa::new(
+            sc.hpa_like.behavior(),
+            min,
+            max,
+            sc.hpa_like.target_queue_age.secs(),
+        );
         tokio::spawn(hpa_loop(
             client.clone(),
             http.clone(),
@@ -710,12 +717,16 @@ async fn sample(
     }
 }
 
+/// The comparison scaler: every `period`, the simulator's HPA model on the queue age from
+/// Prometheus, the Deployment's `spec.replicas` and its ready pods (`status.readyReplicas`, the
+/// count the HPA's replica calculator multiplies), with the lab's time in seconds; writes
+/// `/scale` when the replicas change.
 async fn hpa_loop(
     client: kube::Client,
     http: reqwest::Client,
     prom_url: String,
     workload: String,
-    mut scaler: HpaLike,
+    mut scaler: Hpa,
     t0: Instant,
     period: Duration,
 ) {
@@ -726,6 +737,7 @@ async fn hpa_loop(
         m::LABEL_NAMESPACE,
         m::LABEL_WORKLOAD
     );
+    let count = |n: Option<i32>| n.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
     let mut tick = tokio::time::interval(period);
     loop {
         tick.tick().await;
@@ -733,13 +745,22 @@ async fn hpa_loop(
             .await
             .ok()
             .and_then(|v| v.first().map(|(_, v)| *v));
-        let Ok(scale) = api.get_scale(&workload).await else {
+        let Ok(deployment) = api.get(&workload).await else {
             continue;
         };
-        let current = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
-        let desired = scaler.decide(t0.elapsed().as_secs_f64(), current, age);
-        if desired != current {
-            let patch = serde_json::json!({"spec": {"replicas": desired}});
+        let now = t0.elapsed().as_secs_f64();
+        let obs = Observation {
+            now,
+            replicas: count(deployment.spec.and_then(|s| s.replicas)),
+            ready_pods: count(deployment.status.and_then(|s| s.ready_replicas)),
+            queue_age: age,
+            sampled_at: now,
+            ..Observation::default()
+        };
+        let decision = scaler.decide(&obs);
+        tracing::debug!(t = now, desired = decision.desired, reason = %decision.reason, "queue-age scaler");
+        if decision.desired != obs.replicas {
+            let patch = serde_json::json!({"spec": {"replicas": decision.desired}});
             if let Err(e) = api
                 .patch_scale(&workload, &PatchParams::default(), &Patch::Merge(&patch))
                 .await

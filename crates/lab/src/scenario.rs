@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use backpressure_api::duration::{format_duration, parse_duration};
 use backpressure_api::v1alpha1::WorkerBackpressureSpec;
+use backpressure_sim::autoscaler::HpaBehavior;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why a scenario could not be loaded.
@@ -186,6 +187,12 @@ fn zero_schedule() -> Schedule {
 }
 
 /// The comparison autoscaler: an HPA (or KEDA) scaling on queue age alone.
+///
+/// The maths is the simulator's HPA model ([`backpressure_sim::autoscaler::Hpa`]): `desired =
+/// ceil(readyPods × age / target)` outside the tolerance, the HPA's stabilization windows and
+/// scale-up policies measured from the replicas at the start of the period, clamped to the
+/// operator run's `[minReplicas, maxReplicas]`. This spec sets the parameters; the rest is the
+/// HPA's default `behavior` ([`HpaLikeSpec::behavior`]).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HpaLikeSpec {
@@ -197,25 +204,44 @@ pub struct HpaLikeSpec {
     #[serde(default = "default_tolerance")]
     pub tolerance: f64,
     /// Scale-up policy period (HPA default 15 s, scaled); per period at most
-    /// max(`scaleUpPercent`% of current, `scaleUpPods`) pods are added.
+    /// max(`scaleUpPercent`%, `scaleUpPods`) pods are added to the replicas at its start. Also
+    /// the scale-down policy period (the HPA's default is 15 s for both).
     pub scale_up_period: Dur,
     /// Pods per scale-up period (HPA default 4).
     #[serde(default = "default_scale_up_pods")]
-    pub scale_up_pods: i32,
+    pub scale_up_pods: u32,
     /// Percent per scale-up period (HPA default 100).
     #[serde(default = "default_scale_up_percent")]
-    pub scale_up_percent: i32,
+    pub scale_up_percent: u32,
     /// Scale-down stabilization window (HPA default 300 s, scaled).
     pub scale_down_stabilization: Dur,
+}
+
+impl HpaLikeSpec {
+    /// The HPA `behavior` this spec describes: the scale-up window 0 and the scale-down policy
+    /// of 100 % per period are the HPA's defaults (no scale-down rate limit beyond the
+    /// stabilization window).
+    pub fn behavior(&self) -> HpaBehavior {
+        HpaBehavior {
+            tolerance: self.tolerance,
+            up_window: 0.0,
+            down_window: self.scale_down_stabilization.secs(),
+            up_pods: self.scale_up_pods,
+            up_percent: f64::from(self.scale_up_percent),
+            up_period: self.scale_up_period.secs(),
+            down_percent: 100.0,
+            down_period: self.scale_up_period.secs(),
+        }
+    }
 }
 
 fn default_tolerance() -> f64 {
     0.1
 }
-fn default_scale_up_pods() -> i32 {
+fn default_scale_up_pods() -> u32 {
     4
 }
-fn default_scale_up_percent() -> i32 {
+fn default_scale_up_percent() -> u32 {
     100
 }
 
@@ -378,6 +404,12 @@ impl Scenario {
         if self.hpa_like.sync_period.0.is_zero() || self.hpa_like.target_queue_age.0.is_zero() {
             return Err("hpaLike.syncPeriod and hpaLike.targetQueueAge must be positive".into());
         }
+        if self.hpa_like.scale_up_period.0.is_zero() {
+            return Err("hpaLike.scaleUpPeriod must be positive".into());
+        }
+        if !(self.hpa_like.tolerance.is_finite() && self.hpa_like.tolerance >= 0.0) {
+            return Err("hpaLike.tolerance must be a number of at least 0".into());
+        }
         if self.worker_backpressure.target_ref.name != self.workload.name {
             return Err(format!(
                 "workerBackpressure.targetRef.name {:?} must name the workload {:?}",
@@ -453,6 +485,37 @@ mod tests {
         let s = Schedule(vec![p(0, 0.0, 0), p(0, 100.0, 10), p(5, 0.0, 5)]);
         let v = s.value_at(Duration::from_secs_f64(7.5));
         assert!((v - 25.0).abs() < 1e-9, "{v}");
+    }
+
+    #[test]
+    fn hpa_like_maps_to_the_hpa_behavior() {
+        let sc = Scenario::load("outage-and-recovery").unwrap();
+        let b = sc.hpa_like.behavior();
+        // The file's scaled periods and the HPA's defaults for what it does not set.
+        assert_eq!(
+            b,
+            HpaBehavior {
+                tolerance: 0.1,
+                up_window: 0.0,
+                down_window: 60.0,
+                up_pods: 4,
+                up_percent: 100.0,
+                up_period: 3.0,
+                down_percent: 100.0,
+                down_period: 3.0,
+            }
+        );
+        let bad = |from: &str, to: &str| {
+            let text = std::fs::read_to_string(scenarios_dir().join("outage-and-recovery.yaml"))
+                .unwrap()
+                .replace(from, to);
+            Scenario::parse(&text).unwrap_err()
+        };
+        assert!(bad("scaleUpPeriod: 3s", "scaleUpPeriod: 0s").contains("scaleUpPeriod"));
+        assert!(
+            bad("scaleUpPeriod: 3s", "scaleUpPeriod: 3s\n  tolerance: -0.1").contains("tolerance")
+        );
+        assert!(!bad("scaleUpPeriod: 3s", "scaleUpPeriod: 3s\n  scaleUpPods: -1").is_empty());
     }
 
     #[test]

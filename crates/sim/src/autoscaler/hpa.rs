@@ -1,13 +1,25 @@
 //! An HPA/KEDA-like autoscaler on the first-attempt queue age, following the Kubernetes HPA
-//! controller (`pkg/controller/podautoscaler`) with its default `behavior`:
+//! controller with its default `behavior`. This is the repository's one model of what an HPA
+//! does: the simulator's `keda-like` policy and the lab's comparison run (`backpressure-lab`,
+//! which sets the periods for its time scale) both use it.
 //!
-//! - an External metric with a `Value` target (KEDA's Prometheus trigger on the age gauge):
-//!   `desired = ceil(readyPods * age / target)`, skipped when `|age/target - 1| <= 0.1`;
-//! - stabilization: scale-up window 0 s (the lowest recommendation of the window, i.e. the
+//! Upstream, in `kubernetes/kubernetes`:
+//!
+//! - `pkg/controller/podautoscaler/replica_calculator.go` (`GetExternalMetricReplicas`,
+//!   `getUsageRatioReplicaCount`): an External metric with a `Value` target (KEDA's Prometheus
+//!   trigger on the age gauge): `desired = ceil(readyPods * age / target)`, skipped when
+//!   `|age/target - 1| <= 0.1` (`--horizontal-pod-autoscaler-tolerance`);
+//! - `pkg/controller/podautoscaler/horizontal.go` (`stabilizeRecommendationWithBehaviors`):
+//!   stabilization, scale-up window 0 s (the lowest recommendation of the window, i.e. the
 //!   current one), scale-down window 300 s (the highest recommendation of the last 5 min);
-//! - rate limits: scale-up `max(+100 %, +4 pods)` per 15 s, scale-down `-100 %` per 15 s,
-//!   both measured from the replicas at the start of the period;
+//! - the same file (`calculateScaleUpLimitWithScalingRules`,
+//!   `calculateScaleDownLimitWithBehaviors`): rate limits, scale-up `max(+100 %, +4 pods)` per
+//!   15 s, scale-down `-100 %` per 15 s, both measured from the replicas at the start of the
+//!   period;
 //! - clamped to `[minReplicas, maxReplicas]`; a missing metric keeps the current replicas.
+//!
+//! Other time scales (the lab runs production constants x 0.2) go through [`HpaBehavior`]'s
+//! windows and periods; the maths is the same.
 
 use std::collections::VecDeque;
 
@@ -218,6 +230,59 @@ mod tests {
         }
         // 300 s after the last recommendation of 10, it drops to min at once (100 %/15 s).
         assert_eq!(h.decide(&obs(315.0, 10, 0.0)).desired, 2);
+    }
+
+    #[test]
+    fn recommendation_multiplies_ready_pods_not_spec_replicas() {
+        let mut h = Hpa::new(HpaBehavior::default(), 1, 100, 60.0);
+        // 4 replicas of which 2 are ready, age 3x the target: ceil(3 * 2) = 6, not 12.
+        let mut o = obs(0.0, 4, 180.0);
+        o.ready_pods = 2;
+        let d = h.decide(&o);
+        assert_eq!(d.desired, 6);
+        assert_eq!(d.recommended, Some(6));
+    }
+
+    #[test]
+    fn proportional_outside_the_tolerance() {
+        let mut h = Hpa::new(HpaBehavior::default(), 1, 100, 10.0);
+        assert_eq!(h.decide(&obs(0.0, 4, 10.5)).desired, 4, "within tolerance");
+        assert_eq!(h.decide(&obs(10.0, 4, 15.0)).desired, 6, "ceil(1.5 * 4)");
+    }
+
+    #[test]
+    fn periods_and_windows_come_from_the_behavior() {
+        // The lab's time scale: 3 s policy periods, a 60 s scale-down window.
+        let behavior = HpaBehavior {
+            up_period: 3.0,
+            down_period: 3.0,
+            down_window: 60.0,
+            ..HpaBehavior::default()
+        };
+        let mut h = Hpa::new(behavior, 1, 50, 10.0);
+        // Age 10x the target from 2 replicas: at most max(2 * 2, 2 + 4) = 6 in one period.
+        assert_eq!(h.decide(&obs(0.0, 2, 100.0)).desired, 6);
+        // Same period: nothing beyond the limit relative to the period start.
+        assert_eq!(h.decide(&obs(1.0, 6, 100.0)).desired, 6);
+        // Next period: from 6, at most 12.
+        assert_eq!(h.decide(&obs(3.5, 6, 100.0)).desired, 12);
+        // Scale-down waits for the 60 s window after the last high recommendation.
+        assert_eq!(h.decide(&obs(30.0, 12, 0.0)).desired, 12);
+        assert_eq!(h.decide(&obs(64.0, 12, 0.0)).desired, 1);
+    }
+
+    #[test]
+    fn bounds_hold() {
+        let mut h = Hpa::new(HpaBehavior::default(), 2, 10, 60.0);
+        // Nothing to do: the recommendation (0 pods) is raised to the minimum.
+        assert_eq!(h.decide(&obs(0.0, 2, 0.0)).desired, 2);
+        for i in 1..20 {
+            let d = h.decide(&obs(f64::from(i) * 15.0, 10, 6000.0));
+            assert!(d.desired <= 10, "{d:?}");
+        }
+        // A maximum below the minimum is raised to it.
+        let mut h = Hpa::new(HpaBehavior::default(), 3, 1, 60.0);
+        assert_eq!(h.decide(&obs(0.0, 3, 6000.0)).desired, 3);
     }
 
     #[test]
