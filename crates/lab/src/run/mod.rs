@@ -8,12 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backpressure_api::v1alpha1::{WorkerBackpressure, WorkerSpec};
-use backpressure_api::wire::{WorkerConfig, metrics as m};
-use backpressure_sim::autoscaler::{Autoscaler as _, Hpa, Observation};
-use k8s_openapi::api::apps::v1::Deployment;
+use backpressure_api::v1alpha1::WorkerSpec;
+use backpressure_api::wire::WorkerConfig;
+use backpressure_sim::autoscaler::Hpa;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -22,9 +21,15 @@ use crate::dependency::Dependency;
 use crate::kubelet::{Kubelet, Launch, Launcher};
 use crate::prom::{self, ApiAccess, LabPrometheus};
 use crate::queue::{Queue, RedisServer};
-use crate::record::{self, Check, ConfigSync, HPA_LIKE, OPERATOR, Recording, RunRecord, Sample};
+use crate::record::{self, Check, HPA_LIKE, OPERATOR, Recording, RunRecord};
 use crate::scenario::Scenario;
-use crate::serve::{Exposition, response, serve};
+use crate::serve::{response, serve};
+
+mod comparator;
+mod sampling;
+
+use comparator::hpa_loop;
+use sampling::{fleet_backoff, queue_exposition, sample, timeline};
 
 /// Namespace of the operator run.
 pub const OPERATOR_RUN_NS: &str = "lab-operator";
@@ -584,228 +589,6 @@ fn make_launcher(
             ready_port: port,
         })
     })
-}
-
-async fn queue_exposition(queues: &[(String, Queue)], workload: &str) -> String {
-    let mut e = Exposition::default();
-    for (ns, q) in queues {
-        let Ok(s) = q.stats().await else { continue };
-        let labels = [
-            (m::LABEL_NAMESPACE, ns.as_str()),
-            (m::LABEL_WORKLOAD, workload),
-        ];
-        e.sample(
-            m::QUEUE_AGE,
-            "gauge",
-            "Age of the oldest message never delivered.",
-            &labels,
-            s.oldest_age_secs,
-        );
-        e.sample(
-            m::QUEUE_DEPTH,
-            "gauge",
-            "Messages waiting (never delivered or waiting for a retry).",
-            &labels,
-            s.depth() as f64,
-        );
-        e.sample(
-            m::QUEUE_ARRIVALS_TOTAL,
-            "counter",
-            "Messages that arrived.",
-            &labels,
-            s.produced as f64,
-        );
-        e.sample(
-            m::QUEUE_COMPLETIONS_TOTAL,
-            "counter",
-            "Messages acknowledged.",
-            &labels,
-            s.completed as f64,
-        );
-        e.sample(
-            m::QUEUE_DEAD_LETTERS_TOTAL,
-            "counter",
-            "Messages moved to the dead-letter stream.",
-            &labels,
-            s.dead_lettered as f64,
-        );
-    }
-    e.finish()
-}
-
-async fn fleet_backoff(
-    http: &reqwest::Client,
-    prom_url: &str,
-    workload: &str,
-) -> BTreeMap<String, f64> {
-    let expr = format!(
-        "avg by (namespace) ({}{{{}=\"{workload}\"}})",
-        m::BACKOFF,
-        m::LABEL_WORKLOAD
-    );
-    prom::query(http, prom_url, &expr)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(l, v)| l.get("namespace").map(|ns| (ns.clone(), v)))
-        .collect()
-}
-
-async fn sample(
-    client: &kube::Client,
-    r: &mut RunCtx,
-    t: f64,
-    dt: f64,
-    workload: &str,
-    backoff: Option<f64>,
-) -> Sample {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), r.namespace);
-    let (replicas, ready) = match deployments.get_opt(workload).await {
-        Ok(Some(d)) => (
-            d.spec.and_then(|s| s.replicas).unwrap_or(0),
-            d.status.and_then(|s| s.ready_replicas).unwrap_or(0),
-        ),
-        _ => (
-            r.record.last().map(|s| s.replicas).unwrap_or(0),
-            r.record.last().map(|s| s.ready).unwrap_or(0),
-        ),
-    };
-    let (regime, config) = if r.label == OPERATOR {
-        let wbps: Api<WorkerBackpressure> = Api::namespaced(client.clone(), r.namespace);
-        let status = wbps
-            .get_opt(workload)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|w| w.status);
-        let regime = status
-            .as_ref()
-            .and_then(|s| s.regime)
-            .map(|g| g.as_str().to_owned())
-            .unwrap_or_else(|| "-".into());
-        let config = status.and_then(|s| s.config).map(|c| ConfigSync {
-            in_sync: c.pods_in_sync,
-            total: c.pods_total,
-        });
-        (regime, config)
-    } else {
-        ("queue-age".into(), None)
-    };
-    let stats = r.queue.stats().await.unwrap_or_default();
-    let requests = r.dependency.counters().requests();
-    let served = r.dependency.counters().served();
-    let load = (requests.saturating_sub(r.last_requests)) as f64 / dt;
-    let served_rate = (served.saturating_sub(r.last_served)) as f64 / dt;
-    r.last_requests = requests;
-    r.last_served = served;
-    Sample {
-        t,
-        regime,
-        replicas,
-        ready,
-        backoff,
-        queue_age: stats.oldest_age_secs,
-        queue_depth: stats.depth(),
-        produced: stats.produced,
-        completed: stats.completed,
-        dead_lettered: stats.dead_lettered,
-        in_stream: stats.in_stream,
-        dep_load: load,
-        dep_served: served_rate,
-        dep_capacity: r.dependency.capacity_now(),
-        config,
-    }
-}
-
-/// The comparison scaler: every `period`, the simulator's HPA model on the queue age from
-/// Prometheus, the Deployment's `spec.replicas` and its ready pods (`status.readyReplicas`, the
-/// count the HPA's replica calculator multiplies), with the lab's time in seconds; writes
-/// `/scale` when the replicas change.
-async fn hpa_loop(
-    client: kube::Client,
-    http: reqwest::Client,
-    prom_url: String,
-    workload: String,
-    mut scaler: Hpa,
-    t0: Instant,
-    period: Duration,
-) {
-    let api: Api<Deployment> = Api::namespaced(client, HPA_RUN_NS);
-    let expr = format!(
-        "max({}{{{}=\"{HPA_RUN_NS}\",{}=\"{workload}\"}})",
-        m::QUEUE_AGE,
-        m::LABEL_NAMESPACE,
-        m::LABEL_WORKLOAD
-    );
-    let count = |n: Option<i32>| n.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
-    let mut tick = tokio::time::interval(period);
-    loop {
-        tick.tick().await;
-        let age = prom::query(&http, &prom_url, &expr)
-            .await
-            .ok()
-            .and_then(|v| v.first().map(|(_, v)| *v));
-        let Ok(deployment) = api.get(&workload).await else {
-            continue;
-        };
-        let now = t0.elapsed().as_secs_f64();
-        let obs = Observation {
-            now,
-            replicas: count(deployment.spec.and_then(|s| s.replicas)),
-            ready_pods: count(deployment.status.and_then(|s| s.ready_replicas)),
-            queue_age: age,
-            sampled_at: now,
-            ..Observation::default()
-        };
-        let decision = scaler.decide(&obs);
-        tracing::debug!(t = now, desired = decision.desired, reason = %decision.reason, "queue-age scaler");
-        if decision.desired != obs.replicas {
-            let patch = serde_json::json!({"spec": {"replicas": decision.desired}});
-            if let Err(e) = api
-                .patch_scale(&workload, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                tracing::warn!(error = %e, "queue-age scaler: scale failed");
-            }
-        }
-    }
-}
-
-/// The live timeline: a progress line, then one line per run.
-fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
-    let total = sc.duration.secs();
-    let frac = (t / total).clamp(0.0, 1.0);
-    let width = 30usize;
-    let filled = ((frac * width as f64).round() as usize).min(width);
-    let bar: String = "#".repeat(filled) + &"-".repeat(width - filled);
-    let phase = sc
-        .phases
-        .iter()
-        .rev()
-        .find(|p| t >= p.from.secs())
-        .map(|p| p.name.as_str())
-        .unwrap_or("-");
-    let mut out = format!("[{bar}] {t:>4.0}s / {total:.0}s  {phase}");
-    for r in runs {
-        if let Some(s) = r.record.last() {
-            out.push_str(&format!(
-                "\n    {:<9} {:<18} replicas {:>2} ready {:>2}  backoff {}  age {:>3.0}s  depth {:>5}  dependency {:>3.0}/{:<3.0} req/s  dlq {:>3}",
-                r.label,
-                s.regime,
-                s.replicas,
-                s.ready,
-                s.backoff
-                    .map(|b| format!("{b:.2}"))
-                    .unwrap_or_else(|| "  - ".into()),
-                s.queue_age,
-                s.queue_depth,
-                s.dep_load,
-                s.dep_capacity,
-                s.dead_lettered
-            ));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
