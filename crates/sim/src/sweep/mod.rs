@@ -11,7 +11,8 @@
 //! verdict of each target come from the report's own [`report::target_value`] and
 //! [`report::target_met`]. The other policies are measured with the same metric
 //! ([`report::policy_value`]) on the same seeds, so that a target missed on some seeds can be
-//! told apart from a scenario in which every policy misses it ([`head_to_head`], and the page's comparison).
+//! told apart from a scenario in which every policy misses it ([`head_to_head`] and the
+//! comparison on the page).
 
 use crate::engine::{SimError, Simulation};
 use crate::metrics::{Summary, summarize};
