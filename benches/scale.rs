@@ -22,7 +22,7 @@
 //! `target/bench-scale.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

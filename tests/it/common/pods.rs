@@ -1,7 +1,6 @@
 //! Pods of a test workload: real Pod objects (Ready, podIP 127.0.0.1) whose admin port is a
 //! real `backpressure-worker` admin server that verifies pushes with a TokenReview against the
 //! test control plane, accepting only the operator's ServiceAccount.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

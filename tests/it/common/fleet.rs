@@ -1,7 +1,6 @@
 //! A fake worker fleet's metrics, served on loopback for a real Prometheus to scrape: the
 //! workers' backoff and outcome counters and the queue exporter's gauges and counters, with the
 //! wire contract's names. Tests turn the knobs; counters grow at the configured rates.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

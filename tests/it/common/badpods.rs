@@ -1,6 +1,5 @@
 //! Pods whose admin port misbehaves: it refuses every config push with an HTTP status, or
 //! accepts the connection and never answers. Each records when it was asked.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -3,34 +3,24 @@
 //! its own ServiceAccount with a real token and the Helm chart's RBAC: every test below is
 //! also a test of that least-privilege role.
 //!
-//! The tests share one operator-wide resource (the operator watches all namespaces), so they
-//! run one at a time: each holds a process-wide lock for its whole duration (each test has its
-//! own runtime and thread, so holding a std lock across awaits is the intent).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
-
-mod common;
+//! The operator watches all namespaces: each test holds [`serial`] for its whole duration.
 
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::common::fleet::{FakeFleet, backlog, failing, recovered};
+use crate::common::operator::Operator;
+use crate::common::pods;
+use crate::common::scene::{self, Scene, Workload, condition, operator_user, spec, tail};
+use crate::common::serial;
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::{Action, Regime, WorkerBackpressureStatus};
 use backpressure_envtest::{Prometheus, TestEnv};
-use common::fleet::{FakeFleet, backlog, failing, recovered};
-use common::operator::Operator;
-use common::pods;
-use common::scene::{self, Scene, Workload, condition, operator_user, spec, tail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Polls `f` until it returns `Some`, or panics with `what` (and the world's state, when
 /// `diag` gives it) after `timeout`.
@@ -133,7 +123,7 @@ impl World {
 
 #[tokio::test]
 async fn scales_out_for_a_backlog_within_step_limits() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("backlog", 2, 2).await;
     w.fleet.set(backlog);
     w.apply(json!({})).await;
@@ -179,7 +169,7 @@ async fn scales_out_for_a_backlog_within_step_limits() {
 
 #[tokio::test]
 async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_spike() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("hold", 4, 2).await;
     w.fleet.set(failing);
     w.apply(json!({})).await;
@@ -270,7 +260,7 @@ async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_s
 
 #[tokio::test]
 async fn a_killed_operator_resumes_the_ramp_at_the_recorded_stage() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("restart", 4, 2).await;
     w.fleet.set(failing);
     w.apply(json!({"scaling": {"rampUp": {"stages": [34, 67, 100], "dwell": "8s"}}}))
@@ -322,7 +312,7 @@ async fn a_killed_operator_resumes_the_ramp_at_the_recorded_stage() {
 
 #[tokio::test]
 async fn prometheus_down_means_metrics_unavailable_and_no_scaling() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("promdown", 3, 2).await;
     w.fleet.set(|k| {
         k.queue_age = 2.0;
@@ -368,7 +358,7 @@ async fn prometheus_down_means_metrics_unavailable_and_no_scaling() {
 
 #[tokio::test]
 async fn dry_run_reports_decisions_and_never_scales() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("dryrun", 2, 2).await;
     w.fleet.set(backlog);
     w.apply(json!({"mode": "DryRun"})).await;
@@ -395,7 +385,7 @@ async fn dry_run_reports_decisions_and_never_scales() {
 
 #[tokio::test]
 async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("config", 3, 3).await;
     w.apply(json!({"worker": {"setPoint": 0.05, "maxPermits": 8}}))
         .await;
@@ -481,7 +471,7 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
 
 #[tokio::test]
 async fn a_no_op_reconcile_writes_nothing() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("noop", 2, 2).await;
     w.fleet.set(|k| {
         k.queue_age = 2.0;
@@ -528,9 +518,9 @@ async fn a_no_op_reconcile_writes_nothing() {
 
 #[tokio::test]
 async fn the_operator_role_cannot_touch_what_it_does_not_need() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
-    let _ = common::operator::operator_kubeconfig(env).await;
+    let _ = crate::common::operator::operator_kubeconfig(env).await;
     let as_operator = env.client_as(&operator_user(), &[]).unwrap();
     let ns = env.namespace("rbac").await.unwrap();
     // Creating Deployments, deleting pods or reading Secrets cluster-wide in other ways is not

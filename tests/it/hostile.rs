@@ -12,31 +12,25 @@
 //! - (pure) arbitrary specs: resolving never panics, and whatever resolves renders a worker
 //!   config that workers accept.
 //!
-//! The tests share the operator-wide state of one control plane, so they run one at a time.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+//! The live tests hold [`serial`], like every test on the control plane.
 
-mod common;
-
-use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::common::fakeprom::{FakeProm, PromMode};
+use crate::common::fleet::{FakeFleet, backlog, steady};
+use crate::common::operator::Operator;
+use crate::common::scene::{
+    Scene, condition, has_condition, operator_user, tail, wait_for, zero_trap,
+};
+use crate::common::serial;
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureSpec, WorkerBackpressureStatus};
 use backpressure_core::resolve;
-use common::fakeprom::{FakeProm, PromMode};
-use common::fleet::{FakeFleet, backlog, steady};
-use common::operator::Operator;
-use common::scene::{Scene, condition, has_condition, operator_user, tail, wait_for, zero_trap};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 async fn diag(scene: &Scene, names: &[&str], op: &Operator) -> String {
     let mut out = String::new();
@@ -57,7 +51,7 @@ fn ready_reason(s: &WorkerBackpressureStatus) -> Option<(String, String, String)
 
 #[tokio::test]
 async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
-    let _serial = serial();
+    let _serial = serial().await;
     let scene = Scene::new("badtargets").await;
     scene.deployment("w", 2).await;
     let fleet = FakeFleet::start(&scene.ns, "w", 1);
@@ -176,7 +170,7 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
 /// naming the owner and writes nothing to the target.
 #[tokio::test]
 async fn two_objects_naming_one_target_do_not_fight() {
-    let _serial = serial();
+    let _serial = serial().await;
     let scene = Scene::new("duptarget").await;
     scene.deployment("w", 2).await;
     let fleet = FakeFleet::start(&scene.ns, "w", 1);
@@ -224,7 +218,7 @@ async fn two_objects_naming_one_target_do_not_fight() {
 
 #[tokio::test]
 async fn garbage_from_prometheus_is_unavailable_never_a_crash_or_a_scale_to_zero() {
-    let _serial = serial();
+    let _serial = serial().await;
     let scene = Scene::new("promgarbage").await;
     scene.deployment("w", 3).await;
     let fleet = FakeFleet::start(&scene.ns, "w", 1);
@@ -407,7 +401,13 @@ fn set_path(v: &mut Value, path: &[&str], value: Value) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+    // The saved failures live next to this file (hostile.proptest-regressions): by default
+    // proptest would look in tests/proptest-regressions/, since tests/it has a main.rs.
+    #![proptest_config(ProptestConfig {
+        cases: 1024,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     /// Whatever a spec carries (what slipped past the CRD schema or came from an older CRD),
     /// resolving it never panics; it fails with errors naming the fields, or it succeeds, and

@@ -1,6 +1,5 @@
 //! A namespace of a test with its Deployments and WorkerBackpressures, and the polling and
 //! spec helpers the fault and hostile-input tests share.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -15,33 +15,24 @@
 //! - pods that refuse or hang on config push: retried with backoff, counted out of sync, and a
 //!   healthy object in another namespace keeps its pace.
 //!
-//! The tests share the operator-wide state of one control plane (and one restarts it), so they
-//! run one at a time.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+//! Like every test on the control plane they hold [`serial`] (one of them restarts the API
+//! server under everyone).
 
-mod common;
-
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::common::badpods::{self, Refusal};
+use crate::common::fakeprom::{FakeProm, PromMode};
+use crate::common::fleet::{FakeFleet, backlog, failing, recovered, steady};
+use crate::common::operator::{OPERATOR_NAMESPACE, Operator};
+use crate::common::pods;
+use crate::common::scene::{Scene, condition, has_condition, tail, wait_for, zero_trap};
+use crate::common::serial;
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureStatus};
 use backpressure_envtest::{Prometheus, TestEnv};
-use common::badpods::{self, Refusal};
-use common::fakeprom::{FakeProm, PromMode};
-use common::fleet::{FakeFleet, backlog, failing, recovered, steady};
-use common::operator::{OPERATOR_NAMESPACE, Operator};
-use common::pods;
-use common::scene::{Scene, condition, has_condition, tail, wait_for, zero_trap};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use serde_json::json;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// No Prometheus listens here.
 const NO_PROMETHEUS: &str = "http://127.0.0.1:9";
@@ -108,7 +99,7 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 /// seconds.
 #[tokio::test]
 async fn kube_apiserver_restart_resumes_watches_without_duplicate_writes() {
-    let _serial = serial();
+    let _serial = serial().await;
     let w = Fleet::new("apirestart", 2, 0).await;
     w.fleet.set(backlog);
     w.scene
@@ -190,7 +181,7 @@ async fn lease_holder(client: &kube::Client, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
-    let _serial = serial();
+    let _serial = serial().await;
     // The chart's RBAC lets the operator touch only its own Lease.
     const LEASE: &str = "backpressure-operator-leader";
     const LEASE_SECONDS: u64 = 4;
@@ -342,7 +333,7 @@ async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
 
 #[tokio::test]
 async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero() {
-    let _serial = serial();
+    let _serial = serial().await;
     let w = Fleet::new("promfaults", 3, 0).await;
     w.fleet.set(|k| {
         steady(k);
@@ -467,7 +458,7 @@ async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero
 
 #[tokio::test]
 async fn a_conflicting_writer_is_followed_not_fought() {
-    let _serial = serial();
+    let _serial = serial().await;
     let w = Fleet::new("conflict", 3, 0).await;
     w.fleet.set(steady);
     w.scene.apply_w("w", &w.prom.url(), json!({})).await;
@@ -567,7 +558,7 @@ async fn a_conflicting_writer_is_followed_not_fought() {
 
 #[tokio::test]
 async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
     // Namespace A: one good pod, one answering 500, one 403, one never answering.
     let a = Scene::new("pushfail").await;

@@ -8,35 +8,28 @@
 //! stage during the ramp, and the original spec and annotations restored exactly on release, on
 //! leaving Guard mode (also after an operator restart), when the guard moves to another
 //! autoscaler, and when the WorkerBackpressure is deleted.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
-
-mod common;
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::common::fleet::{FakeFleet, FleetKnobs, failing, recovered};
+use crate::common::operator::Operator;
+use crate::common::pods;
+use crate::common::scene::{
+    Scene, Workload, condition, merge, operator_user, spec, tail, wait_for_every,
+};
+use crate::common::serial;
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::{GuardClamp, GuardKind, Regime, WorkerBackpressureStatus};
 use backpressure_envtest::Prometheus;
 use backpressure_operator::act::guard::{
     FINALIZER, KEDA_PAUSED_SCALE_OUT, ORIGINAL_ANNOTATION, api_resource,
 };
-use common::fleet::{FakeFleet, FleetKnobs, failing, recovered};
-use common::operator::Operator;
-use common::pods;
-use common::scene::{Scene, Workload, condition, merge, operator_user, spec, tail, wait_for_every};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// One test's world: a namespace, a Deployment `w` with 4 replicas and 2 fake pods, a fake
 /// fleet scraped by its own Prometheus, the guarded autoscaler, and the operator.
@@ -299,7 +292,7 @@ fn hpa(behavior: Option<Value>) -> Value {
 
 #[tokio::test]
 async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exactly() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("guard-hpa", GuardKind::HorizontalPodAutoscaler).await;
     // No behavior at all: restoring must remove what the clamp added, defaults included.
     let original = w.create_autoscaler(hpa(None)).await;
@@ -466,7 +459,7 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
 
 #[tokio::test]
 async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_ends() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("guard-restart", GuardKind::HorizontalPodAutoscaler).await;
     // A full behavior: only scaleUp.selectPolicy may change, and it must come back as Min.
     let behavior = json!({
@@ -590,7 +583,7 @@ fn scaled_object() -> Value {
 
 #[tokio::test]
 async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("guard-keda", GuardKind::ScaledObject).await;
     let original = w.create_autoscaler(scaled_object()).await;
     let original_view = guarded_view(&original);
@@ -667,7 +660,7 @@ async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
 
 #[tokio::test]
 async fn a_missing_autoscaler_is_reported_and_does_not_block_deletion() {
-    let _serial = serial();
+    let _serial = serial().await;
     let mut w = World::new("guard-missing", GuardKind::HorizontalPodAutoscaler).await;
     w.fleet.set(failing);
     w.apply(json!({})).await;

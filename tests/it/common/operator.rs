@@ -1,5 +1,4 @@
 //! Runs the real operator binary as its own ServiceAccount, with the chart's RBAC.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -7,33 +7,26 @@
 //!
 //! No Prometheus is needed: policies act on the configuration, which the operator resolves and
 //! pushes whatever the metrics say. The tests share cluster-scoped objects (policies, admission
-//! policies), so they run one at a time and select namespaces by a label unique to each test.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
-
-mod common;
+//! policies), so they hold [`serial`] and select namespaces by a label unique to each test.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::common::operator::{Operator, render_chart};
+use crate::common::pods::{self, FakePod};
+use crate::common::scene::{
+    self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object,
+};
+use crate::common::serial;
 use backpressure_api::v1alpha1::{BackpressurePolicy, WorkerBackpressure};
 use backpressure_api::wire::BrakeConfig;
 use backpressure_envtest::TestEnv;
-use common::operator::{Operator, render_chart};
-use common::pods::{self, FakePod};
-use common::scene::{self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// No Prometheus: metrics are unavailable, which policies do not need.
 const NO_PROMETHEUS: &str = "http://127.0.0.1:9";
@@ -129,10 +122,10 @@ fn all_run(pods: &[FakePod], pred: impl Fn(&backpressure_api::wire::WorkerConfig
 
 #[tokio::test]
 async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_and_event() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
+    crate::common::install_crds(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("defaults-{u}");
     let gold = namespace(env, "gold", &[("bp-fleet", &fleet), ("tier", "gold")]).await;
@@ -345,10 +338,10 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
 
 #[tokio::test]
 async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
+    crate::common::install_crds(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("brake-{u}");
     let a = namespace(env, "brake-a", &[("bp-fleet", &fleet)]).await;
@@ -533,10 +526,10 @@ async fn create_wbp(
 
 #[tokio::test]
 async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
+    crate::common::install_crds(&client).await;
     let installed = install_admission(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("admission-{u}");

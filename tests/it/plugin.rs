@@ -4,38 +4,29 @@
 //! real operator running: a hold really stops scale-out until it is released, and DryRun by
 //! annotation really stops the operator's writes.
 //!
-//! Every test takes a process-wide lock: the operator of one test watches all namespaces and
-//! would otherwise rewrite the hand-made statuses of another.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
-
-mod common;
+//! Every test holds [`serial`]: an operator watches all namespaces and would otherwise rewrite
+//! the hand-made statuses of another test.
 
 use std::future::Future;
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::common::fleet::{FakeFleet, backlog};
+use crate::common::operator::Operator;
+use crate::common::pods;
+use crate::common::scene::{self, Scene, Workload, operator_user, spec, tail, wbp_object};
+use crate::common::serial;
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::WorkerBackpressureStatus;
 use backpressure_envtest::{Prometheus, TestEnv};
 use backpressure_operator::annotations;
 use backpressure_operator::plugin;
-use common::fleet::{FakeFleet, backlog};
-use common::operator::Operator;
-use common::pods;
-use common::scene::{self, Scene, Workload, operator_user, spec, tail, wbp_object};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// What one run of the plugin printed.
 #[derive(Debug)]
@@ -149,7 +140,7 @@ fn annotation(w: &WorkerBackpressure, key: &str) -> Option<String> {
 
 #[tokio::test]
 async fn status_prints_the_fleet_table_and_json() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (client, ns) = setup("wbp-status").await;
     let (_, other) = setup("wbp-status-other").await;
     let long = "export-worker-with-a-rather-long-name-for-a-narrow-terminal";
@@ -258,7 +249,7 @@ async fn status_prints_the_fleet_table_and_json() {
 
 #[tokio::test]
 async fn explain_gives_the_decision_conditions_and_events() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (client, ns) = setup("wbp-explain").await;
     create(&client, &ns, "export", json!({})).await;
     write_status(
@@ -353,7 +344,7 @@ async fn explain_gives_the_decision_conditions_and_events() {
 
 #[tokio::test]
 async fn hold_and_release_set_and_remove_the_annotation() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (client, ns) = setup("wbp-hold").await;
     create(&client, &ns, "export", json!({"team": "shop"})).await;
     let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), &ns);
@@ -438,7 +429,7 @@ async fn hold_and_release_set_and_remove_the_annotation() {
 
 #[tokio::test]
 async fn dry_run_on_and_off_by_name_and_by_selector() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (client, ns) = setup("wbp-dryrun").await;
     create(&client, &ns, "a1", json!({"team": "a"})).await;
     create(&client, &ns, "a2", json!({"team": "a"})).await;
@@ -575,7 +566,7 @@ impl World {
 
 #[tokio::test]
 async fn a_hold_stops_scale_out_until_it_is_released() {
-    let _serial = serial();
+    let _serial = serial().await;
     let w = World::new("wbp-live-hold", 2, 2).await;
     w.fleet.set(backlog);
     w.apply().await;
@@ -631,7 +622,7 @@ async fn a_hold_stops_scale_out_until_it_is_released() {
 
 #[tokio::test]
 async fn dry_run_by_annotation_stops_the_operators_writes() {
-    let _serial = serial();
+    let _serial = serial().await;
     let w = World::new("wbp-live-dry", 2, 2).await;
     w.fleet.set(backlog);
     w.apply().await;
