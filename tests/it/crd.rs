@@ -9,6 +9,7 @@ use backpressure_envtest::TestEnv;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use crate::common::crds::install_crds;
 use crate::common::serial;
 
 fn sample() -> WorkerBackpressure {
@@ -23,7 +24,7 @@ async fn sample_is_accepted_listed_with_columns_and_status_is_writable() {
     let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    crate::common::install_crds(&client).await;
+    install_crds(&client).await;
     let ns = env.namespace("crd").await.unwrap();
     let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), &ns);
 
@@ -141,7 +142,7 @@ async fn invalid_objects_are_rejected_naming_the_field() {
     let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    crate::common::install_crds(&client).await;
+    install_crds(&client).await;
     let ns = env.namespace("invalid").await.unwrap();
     let ar = kube::discovery::ApiResource::erase::<WorkerBackpressure>(&());
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);

@@ -13,12 +13,6 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::common::operator::{Operator, render_chart};
-use crate::common::pods::{self, FakePod};
-use crate::common::scene::{
-    self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object,
-};
-use crate::common::serial;
 use backpressure_api::v1alpha1::{BackpressurePolicy, WorkerBackpressure};
 use backpressure_api::wire::BrakeConfig;
 use backpressure_envtest::TestEnv;
@@ -27,6 +21,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
+
+use crate::common::crds::install_crds;
+use crate::common::operator::{Operator, render_chart};
+use crate::common::pods::{self, FakePod};
+use crate::common::scene::{
+    self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object,
+};
+use crate::common::serial;
 
 /// No Prometheus: metrics are unavailable, which policies do not need.
 const NO_PROMETHEUS: &str = "http://127.0.0.1:9";
@@ -101,14 +103,6 @@ async fn delete_policies(client: &kube::Client, names: &[&str]) {
     }
 }
 
-/// Deletes WorkerBackpressure objects so that later tests' operators do not work on them.
-async fn delete_wbps(client: &kube::Client, objects: &[(&str, &str)]) {
-    for (ns, name) in objects {
-        let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), ns);
-        let _ = api.delete(name, &DeleteParams::default()).await;
-    }
-}
-
 async fn policy(client: &kube::Client, name: &str) -> BackpressurePolicy {
     Api::<BackpressurePolicy>::all(client.clone())
         .get(name)
@@ -125,7 +119,7 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
     let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    crate::common::install_crds(&client).await;
+    install_crds(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("defaults-{u}");
     let gold = namespace(env, "gold", &[("bp-fleet", &fleet), ("tier", "gold")]).await;
@@ -341,7 +335,7 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
     let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    crate::common::install_crds(&client).await;
+    install_crds(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("brake-{u}");
     let a = namespace(env, "brake-a", &[("bp-fleet", &fleet)]).await;
@@ -466,7 +460,6 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
     assert!(ready.message.contains("expired at"), "{}", ready.message);
     delete_policies(&client, &[&name]).await;
     drop(op);
-    delete_wbps(&client, &[(&a, "wa"), (&b, "wb"), (&c, "wc")]).await;
 }
 
 /// Renders the chart's admission policies with helm and applies them.
@@ -529,7 +522,7 @@ async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy
     let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    crate::common::install_crds(&client).await;
+    install_crds(&client).await;
     let installed = install_admission(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("admission-{u}");
@@ -714,7 +707,6 @@ async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy
     .await;
 
     drop(op);
-    delete_wbps(&client, &[(&limited, "y"), (&free, "x")]).await;
     delete_policies(&client, &[&name]).await;
     for (ar, n) in installed.iter().rev() {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);

@@ -25,11 +25,6 @@ pub struct BadPod {
 }
 
 impl BadPod {
-    /// How many pushes arrived so far.
-    pub fn push_count(&self) -> usize {
-        self.pushes.lock().unwrap().len()
-    }
-
     /// The arrival times so far.
     pub fn push_times(&self) -> Vec<Instant> {
         self.pushes.lock().unwrap().clone()

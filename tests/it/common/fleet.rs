@@ -111,8 +111,6 @@ pub struct FakeFleet {
     state: Arc<Mutex<State>>,
     /// `127.0.0.1:<port>` of the exposition endpoint.
     pub address: String,
-    /// The workload label value.
-    pub workload: String,
     /// The namespace Prometheus attaches.
     pub namespace: String,
 }
@@ -147,7 +145,6 @@ impl FakeFleet {
         FakeFleet {
             state,
             address,
-            workload: workload.to_owned(),
             namespace: namespace.to_owned(),
         }
     }

@@ -14,6 +14,11 @@ pub const OPERATOR_NAMESPACE: &str = "bp-system";
 /// The chart's ServiceAccount name with release name `backpressure-operator`.
 pub const OPERATOR_SA: &str = "backpressure-operator";
 
+/// The operator's user name (in the audit log, and to impersonate it).
+pub fn operator_user() -> String {
+    format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}")
+}
+
 static RBAC: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
 
 /// Renders the chart's ServiceAccount and RBAC with helm, applies them, and returns a kubeconfig
