@@ -22,8 +22,16 @@
 //! `target/bench-scale.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+// The parts of the integration tests' harness (tests/it/common) the benchmark uses: the CRD
+// install and the operator's chart RBAC and identity. It runs the operator its own way and
+// installs no fixture CRD, so `Operator` and `install_fixture` of those files are unused here:
+// hence the allows, on these includes only.
+#[allow(dead_code)]
+#[path = "../tests/it/common/crds.rs"]
+mod crds;
+#[allow(dead_code)]
+#[path = "../tests/it/common/operator.rs"]
+mod operator;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -275,8 +283,8 @@ fn start_operator(
         format!("--prometheus-url={prometheus}"),
         format!("--metrics-bind-address={metrics}"),
         format!("--requeue-interval={interval}s"),
-        format!("--namespace={}", common::operator::OPERATOR_NAMESPACE),
-        format!("--service-account={}", common::operator::OPERATOR_SA),
+        format!("--namespace={}", operator::OPERATOR_NAMESPACE),
+        format!("--service-account={}", operator::OPERATOR_SA),
     ]);
     let log = env.dir().join("operator-bench.log");
     let p = Supervised::spawn("operator", Path::new("/usr/bin/env"), &args, &log).unwrap();
@@ -393,7 +401,7 @@ impl Audit {
         Audit {
             file,
             partial: String::new(),
-            user: common::scene::operator_user(),
+            user: operator::operator_user(),
         }
     }
 
@@ -489,8 +497,8 @@ async fn run(args: &Args) -> String {
     eprintln!("starting etcd and kube-apiserver");
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
-    let kubeconfig = common::operator::operator_kubeconfig(env).await;
+    crds::install_crds(&client).await;
+    let kubeconfig = operator::operator_kubeconfig(env).await;
 
     // Namespaces, then N Deployments and N WorkerBackpressures, `create_concurrency` at once.
     let mut namespaces = Vec::new();

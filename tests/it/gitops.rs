@@ -2,28 +2,14 @@
 //! (`config/argocd/health.lua`) make of a WorkerBackpressure in each state, and that the operator
 //! writes only the fields `config/argocd/README.md` says it writes.
 //!
-//! - kstatus is the real thing: `tools/kstatus` wraps `sigs.k8s.io/cli-utils` kstatus
-//!   `status.Compute` (built once by `tools/kstatus/build.sh` into the binary cache; needs Go,
-//!   as the control plane does). Override with `BP_KSTATUS=/path/to/kstatus`.
-//! - health.lua runs in `lua5.1` (Debian package `lua5.1`; Argo CD runs gopher-lua, a Lua 5.1)
-//!   inside a sandbox that mirrors Argo CD's: only the base, table and os libraries, no string
-//!   or math library, not even as string methods. Override with `BP_LUA=/path/to/lua`.
-//!   A missing interpreter fails the tests; nothing is skipped.
+//! - kstatus and health.lua run for real (`common::kstatus`: the cli-utils kstatus library built
+//!   by `tools/kstatus/build.sh`, and `lua5.1` in a sandbox like Argo CD's); a missing checker
+//!   or interpreter fails the tests, nothing is skipped.
 //! - The objects are real: statuses written by the real operator binary (as its ServiceAccount)
 //!   read back from the real API server, and statuses computed by the operator's pure `decide`.
 //!
-//! The live tests share one operator-wide resource (the operator watches all namespaces), so
-//! they run one at a time under a process-wide lock.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+//! The live tests hold [`serial`], like every test on the control plane.
 
-mod common;
-
-use std::fmt::Write as _;
-use std::future::Future;
-use std::io::Write as _;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use backpressure_api::FIELD_MANAGER;
@@ -32,13 +18,9 @@ use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureSpec, WorkerBackpressureStatus};
 use backpressure_core::decide::{self, FleetMetrics, Observation};
 use backpressure_core::resolve::{self, FieldError, ResolveError};
-use backpressure_envtest::{Prometheus, repo_root};
+use backpressure_envtest::repo_root;
 use backpressure_operator::act::guard;
 use backpressure_operator::annotations;
-use common::fleet::{FakeFleet, backlog, failing};
-use common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, Operator};
-use common::pods;
-use common::scene::{self, Scene, has_condition, merge, operator_user, tail, wbp_object};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
@@ -47,238 +29,12 @@ use kube::Resource as _;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-// ---------------------------------------------------------------------------------------------
-// kstatus and health.lua runners
-
-/// The kstatus checker: `$BP_KSTATUS`, or built (once, cached) by tools/kstatus/build.sh.
-fn kstatus_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("BP_KSTATUS") {
-            let p = PathBuf::from(p);
-            assert!(p.is_file(), "BP_KSTATUS={} does not exist", p.display());
-            return p;
-        }
-        let script = repo_root().join("tools/kstatus/build.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "{} failed: the kstatus check needs Go (as `make k8s-bins` does) or BP_KSTATUS",
-            script.display()
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
-        PathBuf::from(text.lines().last().unwrap().trim())
-    })
-    .clone()
-}
-
-/// kstatus `status.Compute` of each object: (status, message).
-fn kstatus(objects: &[Value]) -> Vec<(String, String)> {
-    let mut child = Command::new(kstatus_bin())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(objects).unwrap().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kstatus: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let results: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(results.len(), objects.len());
-    results
-        .iter()
-        .map(|r| {
-            (
-                r["status"].as_str().unwrap().to_owned(),
-                r["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn lua_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("BP_LUA") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "BP_LUA={} does not exist", p.display());
-        return p;
-    }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("lua5.1"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "lua5.1 not found on PATH: install the Debian package `lua5.1` (`make deps` \
-                 does) or set BP_LUA; the Argo CD health check cannot be tested without it"
-            )
-        })
-}
-
-/// A Lua expression building `v` (JSON null becomes nil, as Argo CD's decodeValue does).
-fn lua_literal(v: &Value, out: &mut String) {
-    match v {
-        Value::Null => out.push_str("nil"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(&n.to_string()),
-        Value::String(s) => lua_string(s, out),
-        Value::Array(items) => {
-            out.push('{');
-            for i in items {
-                lua_literal(i, out);
-                out.push_str(", ");
-            }
-            out.push('}');
-        }
-        Value::Object(map) => {
-            out.push('{');
-            for (k, v) in map {
-                out.push('[');
-                lua_string(k, out);
-                out.push_str("] = ");
-                lua_literal(v, out);
-                out.push_str(", ");
-            }
-            out.push('}');
-        }
-    }
-}
-
-fn lua_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            // Control characters as decimal escapes; other characters (UTF-8 included) as is,
-            // since Lua strings are bytes.
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\{:03}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// Runs config/argocd/health.lua on `obj` as Argo CD does: global `obj`, only the base, table
-/// and (safe) os libraries. Returns (status, message).
-fn argocd_health(obj: &Value) -> (String, String) {
-    let health = repo_root().join("config/argocd/health.lua");
-    let mut literal = String::new();
-    lua_literal(obj, &mut literal);
-    let script = format!(
-        r#"
-local obj = {literal}
-local env = {{}}
-for _, k in ipairs({{"assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget",
-  "rawset", "select", "setmetatable", "getmetatable", "tonumber", "tostring", "type", "unpack",
-  "xpcall", "_VERSION"}}) do
-  env[k] = _G[k]
-end
-env.table = table
-env.os = {{ time = os.time, date = os.date, clock = os.clock }}
-env.obj = obj
-env._G = env
-local chunk = assert(loadfile({path}))
-setfenv(chunk, env)
--- Argo CD's VM does not open the string library: no string methods either.
-local string_mt = getmetatable("")
-string_mt.__index = nil
-local ok, hs = pcall(chunk)
-string_mt.__index = string
-if not ok then
-  io.stderr:write("health.lua failed: " .. tostring(hs) .. "\n")
-  os.exit(2)
-end
-if type(hs) ~= "table" then
-  io.stderr:write("health.lua returned a " .. type(hs) .. ", not a table\n")
-  os.exit(3)
-end
-io.write(tostring(hs.status), "\n", tostring(hs.message), "\n")
-"#,
-        path = {
-            let mut p = String::new();
-            lua_string(&health.display().to_string(), &mut p);
-            p
-        }
-    );
-    let out = Command::new(lua_bin())
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            c.stdin.take().unwrap().write_all(script.as_bytes())?;
-            c.wait_with_output()
-        })
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "lua: {}\nobject: {obj}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let (status, message) = text.split_once('\n').unwrap();
-    let status = status.to_owned();
-    assert!(
-        [
-            "Healthy",
-            "Progressing",
-            "Degraded",
-            "Suspended",
-            "Missing",
-            "Unknown"
-        ]
-        .contains(&status.as_str()),
-        "Argo CD rejects health status {status:?}"
-    );
-    (status, message.trim_end().to_owned())
-}
-
-#[test]
-fn lua_literals_round_trip_through_lua() {
-    // The JSON → Lua conversion, checked by Lua itself.
-    let v = json!({"a": [1, 2.5, "x\"y\\z\n"], "b": null, "c": {"d": true}, "é": "≤"});
-    let mut lit = String::new();
-    lua_literal(&v, &mut lit);
-    let script = format!(
-        "local v = {lit}\nio.write(#v.a, '|', v.a[2], '|', v.a[3], '|', tostring(v.b), '|', tostring(v.c.d), '|', v['é'])"
-    );
-    let out = Command::new(lua_bin())
-        .args(["-e", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap(),
-        "3|2.5|x\"y\\z\n|nil|true|≤"
-    );
-}
+use crate::common::fleet::{backlog, failing};
+use crate::common::kstatus::{argocd_health, kstatus};
+use crate::common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA, operator_user};
+use crate::common::scene::{self, has_condition, merge};
+use crate::common::serial;
+use crate::common::world::World;
 
 // ---------------------------------------------------------------------------------------------
 // Samples computed by the operator's own pure decision core
@@ -560,133 +316,51 @@ fn kstatus_and_argocd_health_of_every_state_decide_produces() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A live world: namespace, Deployment `w`, fake pods, a fake fleet scraped by Prometheus, the
-// operator binary.
+// A live world: the Deployment `w` as Git holds it, fake pods, a fake fleet scraped by
+// Prometheus, the operator binary.
 
-/// Polls `f` every 250 ms until it returns `Some`, or panics with `what` and the tail of the
-/// operator log at `log`.
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, log: &str, f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let diag = || async {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        format!("operator log:\n{}", tail(&text, 30))
-    };
-    scene::wait_for(timeout, what, diag, f).await
-}
+/// The field manager of the GitOps tool applying the manifests.
+const GIT: &str = "kustomize-controller";
 
-struct World {
-    scene: Scene,
-    prom: Prometheus,
-    fleet: FakeFleet,
-    _pods: Vec<pods::FakePod>,
-    operator: Option<Operator>,
-}
-
-impl World {
-    /// The world, with the Deployment `w` applied by `git_manager` (no `spec.replicas`).
-    async fn new(prefix: &str, pod_count: usize, git_manager: &str) -> World {
-        let scene = Scene::new(prefix).await;
-        let prom = Prometheus::start().unwrap();
-        let fleet = FakeFleet::start(&scene.ns, "w", pod_count);
-        let w = World {
-            scene,
-            prom,
-            fleet,
-            _pods: Vec::new(),
-            operator: None,
-        };
-        w.apply_deployment(git_manager).await.unwrap();
-        let fake = w.scene.fake_pods("w", pod_count).await;
-        w.prom.set_targets(&[w.fleet.target()]).unwrap();
-        World { _pods: fake, ..w }
-    }
-
-    /// What Git holds for the worker Deployment: everything but `spec.replicas`.
-    async fn apply_deployment(&self, manager: &str) -> Result<(), kube::Error> {
-        let d = json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "w", "labels": {"team": "shop"}},
-            "spec": {
-                "selector": {"matchLabels": {"app": "w"}},
-                "template": {
-                    "metadata": {"labels": {"app": "w"}},
-                    "spec": {"containers": [{"name": "worker", "image": "worker:test"}]}
-                }
-            }
-        });
-        let api: Api<Deployment> = Api::namespaced(self.scene.client.clone(), &self.scene.ns);
-        api.patch("w", &PatchParams::apply(manager), &Patch::Apply(&d))
-            .await
-            .map(|_| ())
-    }
-
-    /// Applies a WorkerBackpressure `name` = base spec merged with `patch`, as `manager`
-    /// (without force: a conflict with the operator's fields is an error).
-    async fn apply(&self, name: &str, manager: &str, patch: Value) -> Result<(), kube::Error> {
-        let mut spec = base_spec_at(&self.prom.url());
-        merge(&mut spec, patch);
-        let mut obj = wbp_object(name, spec);
-        obj["metadata"]["labels"] = json!({"team": "shop"});
-        self.wbps()
-            .patch(name, &PatchParams::apply(manager), &Patch::Apply(&obj))
-            .await
-            .map(|_| ())
-    }
-
-    fn wbps(&self) -> Api<WorkerBackpressure> {
-        self.scene.wbps()
-    }
-
-    /// The object exactly as the API server returns it (no typed round trip).
-    async fn raw(&self, name: &str) -> Value {
-        let ar = ApiResource::erase::<WorkerBackpressure>(&());
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.scene.client.clone(), &self.scene.ns, &ar);
-        serde_json::to_value(api.get(name).await.unwrap()).unwrap()
-    }
-
-    async fn start_operator(&mut self) {
-        self.operator = Some(Operator::start(self.scene.env, &self.prom.url(), &[]).await);
-    }
-
-    fn stop_operator(&mut self) {
-        if let Some(mut op) = self.operator.take() {
-            op.process.stop();
-        }
-    }
-
-    fn log_path(&self) -> String {
-        self.operator
-            .as_ref()
-            .map(|o| o.process.log().display().to_string())
-            .unwrap_or_default()
-    }
-
-    /// Waits until the object's status satisfies `f` (observed at the current generation).
-    async fn wait_status(
-        &self,
-        name: &str,
-        what: &str,
-        f: impl Fn(&WorkerBackpressureStatus) -> bool,
-    ) -> Value {
-        let log = self.log_path();
-        wait_for(Duration::from_secs(60), what, &log, || async {
-            let raw = self.raw(name).await;
-            let w: WorkerBackpressure = serde_json::from_value(raw.clone()).unwrap();
-            let s = w.status.clone().unwrap_or_default();
-            (s.observed_generation == w.metadata.generation && f(&s)).then_some(raw)
-        })
+/// A world whose Deployment `w` Git applied (no `spec.replicas`), with `pods` fake pods.
+async fn world(prefix: &str, pods: usize) -> World {
+    World::builder(prefix)
+        .pods(pods)
+        .deployment_applied_by(GIT)
+        .start()
         .await
-    }
+}
 
-    async fn cleanup(mut self) {
-        self.stop_operator();
-        let _ = self.wbps().delete("w", &DeleteParams::default()).await;
-    }
+/// Applies WorkerBackpressure `name` = [`base_spec_at`] the world's Prometheus merged with
+/// `patch`, as Git does (without force: a conflict with the operator's fields is an error).
+async fn apply(w: &World, name: &str, patch: Value) -> Result<(), kube::Error> {
+    let mut spec = base_spec_at(&w.prom.url());
+    merge(&mut spec, patch);
+    w.git_apply(name, GIT, spec).await
+}
+
+/// The object exactly as the API server returns it (no typed round trip).
+async fn raw(w: &World, name: &str) -> Value {
+    let ar = ApiResource::erase::<WorkerBackpressure>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(w.scene.client.clone(), &w.scene.ns, &ar);
+    serde_json::to_value(api.get(name).await.unwrap()).unwrap()
+}
+
+/// Waits until the status of `name` satisfies `f`, observed at the current generation, and
+/// returns the raw object.
+async fn wait_observed(
+    w: &World,
+    name: &str,
+    what: &str,
+    f: impl Fn(&WorkerBackpressureStatus) -> bool,
+) -> Value {
+    w.wait_for(Duration::from_secs(60), what, || async {
+        let raw = raw(w, name).await;
+        let o: WorkerBackpressure = serde_json::from_value(raw.clone()).unwrap();
+        let s = o.status.clone().unwrap_or_default();
+        (s.observed_generation == o.metadata.generation && f(&s)).then_some(raw)
+    })
+    .await
 }
 
 /// Asserts kstatus and Argo CD's verdicts on a real object.
@@ -703,64 +377,55 @@ fn expect(state: &str, obj: &Value, want_kstatus: &str, want_argocd: &str) {
 
 #[tokio::test]
 async fn real_objects_compute_as_current_in_progress_and_failed() {
-    let _serial = serial();
-    let mut w = World::new("kstatus", 2, "kustomize-controller").await;
-    w.apply("w", "kustomize-controller", json!({}))
-        .await
-        .unwrap();
+    let _serial = serial().await;
+    let mut w = world("kstatus", 2).await;
+    apply(&w, "w", json!({})).await.unwrap();
 
     // Before the operator has seen it: no status.
-    let obj = w.raw("w").await;
+    let obj = raw(&w, "w").await;
     assert!(obj.get("status").is_none_or(Value::is_null), "{obj}");
     expect("created", &obj, "Current", "Progressing");
 
     // Reconciled.
     w.start_operator().await;
-    let obj = w
-        .wait_status("w", "Ready=True", |s| has_condition(s, cond::READY, "True"))
-        .await;
+    let obj = wait_observed(&w, "w", "Ready=True", |s| {
+        has_condition(s, cond::READY, "True")
+    })
+    .await;
     expect("reconciled", &obj, "Current", "Healthy");
 
     // A spec change the operator has not observed (operator stopped).
-    w.stop_operator();
-    w.apply(
-        "w",
-        "kustomize-controller",
-        json!({"scaling": {"maxReplicas": 19}}),
-    )
-    .await
-    .unwrap();
-    let obj = w.raw("w").await;
+    w.stop_operators();
+    apply(&w, "w", json!({"scaling": {"maxReplicas": 19}}))
+        .await
+        .unwrap();
+    let obj = raw(&w, "w").await;
     assert_eq!(obj["metadata"]["generation"], 2, "{obj}");
     assert_eq!(obj["status"]["observedGeneration"], 1, "{obj}");
     expect("generation not observed", &obj, "InProgress", "Progressing");
 
     // An invalid spec (passes the CRD's schema and rules, fails resolution: the ramp's abort
     // threshold below the release threshold): Stalled → Failed.
-    w.apply(
+    apply(
+        &w,
         "w",
-        "kustomize-controller",
         json!({"scaling": {"rampUp": {"abortAbove": 0.04}}}),
     )
     .await
     .unwrap();
     w.start_operator().await;
-    let obj = w
-        .wait_status("w", "Stalled=True", |s| {
-            has_condition(s, cond::STALLED, "True")
-        })
-        .await;
+    let obj = wait_observed(&w, "w", "Stalled=True", |s| {
+        has_condition(s, cond::STALLED, "True")
+    })
+    .await;
     expect("invalid spec", &obj, "Failed", "Degraded");
 
     // Fixed: Stalled disappears from the list (server-side apply of the whole list).
-    w.apply("w", "kustomize-controller", json!({}))
-        .await
-        .unwrap();
-    let obj = w
-        .wait_status("w", "Ready=True after the fix", |s| {
-            has_condition(s, cond::READY, "True")
-        })
-        .await;
+    apply(&w, "w", json!({})).await.unwrap();
+    let obj = wait_observed(&w, "w", "Ready=True after the fix", |s| {
+        has_condition(s, cond::READY, "True")
+    })
+    .await;
     assert!(
         !obj["status"]["conditions"]
             .as_array()
@@ -773,60 +438,50 @@ async fn real_objects_compute_as_current_in_progress_and_failed() {
 
     // Prometheus down: MetricsUnavailable, Ready=False.
     w.prom.stop();
-    let obj = w
-        .wait_status("w", "MetricsUnavailable", |s| {
-            s.regime == Some(Regime::MetricsUnavailable)
-        })
-        .await;
+    let obj = wait_observed(&w, "w", "MetricsUnavailable", |s| {
+        s.regime == Some(Regime::MetricsUnavailable)
+    })
+    .await;
     expect("metrics unavailable", &obj, "InProgress", "Degraded");
     w.prom.start_again().unwrap();
 
     // The dependency fails: scale-out held. Healthy and Current: the operator does its job.
     w.fleet.set(failing);
-    let obj = w
-        .wait_status("w", "the hold", |s| {
-            s.regime == Some(Regime::DependencyFailing)
-        })
-        .await;
+    let obj = wait_observed(&w, "w", "the hold", |s| {
+        s.regime == Some(Regime::DependencyFailing)
+    })
+    .await;
     expect("held", &obj, "Current", "Healthy");
 
     // Recovery: a staged ramp (stage 1 of 2 dwells 30s).
     w.fleet.set(backlog);
-    let obj = w
-        .wait_status("w", "Ramping=True", |s| {
-            has_condition(s, cond::RAMPING, "True")
-        })
-        .await;
+    let obj = wait_observed(&w, "w", "Ramping=True", |s| {
+        has_condition(s, cond::RAMPING, "True")
+    })
+    .await;
     expect("ramping", &obj, "Current", "Progressing");
 
     // Suspended.
-    w.apply("w", "kustomize-controller", json!({"suspend": true}))
-        .await
-        .unwrap();
-    let obj = w
-        .wait_status("w", "Suspended", |s| s.regime == Some(Regime::Suspended))
-        .await;
+    apply(&w, "w", json!({"suspend": true})).await.unwrap();
+    let obj = wait_observed(&w, "w", "Suspended", |s| {
+        s.regime == Some(Regime::Suspended)
+    })
+    .await;
     expect("suspended", &obj, "Current", "Suspended");
 
     // A second object whose target does not exist.
-    w.apply(
-        "ghost",
-        "kustomize-controller",
-        json!({"targetRef": {"name": "nothing-here"}}),
-    )
-    .await
-    .unwrap();
-    let obj = w
-        .wait_status("ghost", "TargetNotFound", |s| {
-            s.conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == cond::READY && c.reason == "TargetNotFound")
-        })
-        .await;
+    apply(&w, "ghost", json!({"targetRef": {"name": "nothing-here"}}))
+        .await
+        .unwrap();
+    let obj = wait_observed(&w, "ghost", "TargetNotFound", |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == cond::READY && c.reason == "TargetNotFound")
+    })
+    .await;
     expect("target missing", &obj, "InProgress", "Degraded");
     let _ = w.wbps().delete("ghost", &DeleteParams::default()).await;
-    w.cleanup().await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -875,18 +530,20 @@ fn owned_leaves(e: &ManagedFieldsEntry) -> Vec<String> {
 
 #[tokio::test]
 async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_conflict() {
-    let _serial = serial();
-    let git = "kustomize-controller";
-    let mut w = World::new("ownership", 2, git).await;
+    let _serial = serial().await;
+    let mut w = world("ownership", 2).await;
     w.fleet.set(backlog);
-    w.apply(
+    apply(
+        &w,
         "w",
-        git,
         json!({"scaling": {"rampUp": {"stages": [100], "dwell": "1s"}}}),
     )
     .await
     .unwrap();
     let user = operator_user();
+    // The control plane is shared with the earlier tests of the run: their operators' writes
+    // are in the audit log too, and are not this test's.
+    let earlier = w.scene.env.audit_writes_by(&user).len();
     let deployments: Api<Deployment> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     // Someone set the replicas by hand once (a plain update: Kubernetes records an owner of
     // spec.replicas only for writes to the main resource, or for /scale writes when the field
@@ -905,8 +562,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
     w.start_operator().await;
 
     // It scales out (Deployment defaulted to 1 replica, Git sets none).
-    let log = w.log_path();
-    wait_for(Duration::from_secs(60), "a scale-out", &log, || async {
+    w.wait_for(Duration::from_secs(60), "a scale-out", || async {
         let r = w.scene.replicas("w").await;
         (r >= 3).then_some(())
     })
@@ -944,16 +600,16 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
 
     // Git re-applies the Deployment (without force): no conflict, replicas stay.
     let before = w.scene.replicas("w").await;
-    w.apply_deployment(git)
+    w.apply_deployment(GIT)
         .await
         .expect("Git's re-apply of the Deployment conflicts with the operator");
     assert_eq!(w.scene.replicas("w").await, before);
 
     // The WorkerBackpressure: the operator owns status only (no spec, labels or annotations,
     // in particular never the kubectl-wbp annotations); Git re-applies without conflict.
-    w.apply(
+    apply(
+        &w,
         "w",
-        git,
         json!({"scaling": {"rampUp": {"stages": [100], "dwell": "1s"}}}),
     )
     .await
@@ -1001,7 +657,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
     );
 
     // Every write the operator made, by resource: exactly the README's list.
-    let writes = w.scene.env.audit_writes_by(&user);
+    let writes = w.scene.env.audit_writes_by(&user).split_off(earlier);
     assert!(!writes.is_empty());
     let mut unexpected = Vec::new();
     for e in &writes {
@@ -1031,7 +687,6 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
         unexpected.is_empty(),
         "writes the README does not list: {unexpected:?}"
     );
-    w.cleanup().await;
 }
 
 // ---------------------------------------------------------------------------------------------

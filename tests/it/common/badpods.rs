@@ -1,6 +1,5 @@
 //! Pods whose admin port misbehaves: it refuses every config push with an HTTP status, or
 //! accepts the connection and never answers. Each records when it was asked.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -26,11 +25,6 @@ pub struct BadPod {
 }
 
 impl BadPod {
-    /// How many pushes arrived so far.
-    pub fn push_count(&self) -> usize {
-        self.pushes.lock().unwrap().len()
-    }
-
     /// The arrival times so far.
     pub fn push_times(&self) -> Vec<Instant> {
         self.pushes.lock().unwrap().clone()

@@ -3,138 +3,26 @@
 //! its own ServiceAccount with a real token and the Helm chart's RBAC: every test below is
 //! also a test of that least-privilege role.
 //!
-//! The tests share one operator-wide resource (the operator watches all namespaces), so they
-//! run one at a time: each holds a process-wide lock for its whole duration (each test has its
-//! own runtime and thread, so holding a std lock across awaits is the intent).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+//! The operator watches all namespaces: each test holds [`serial`] for its whole duration.
 
-mod common;
-
-use std::future::Future;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use backpressure_api::WorkerBackpressure;
-use backpressure_api::v1alpha1::{Action, Regime, WorkerBackpressureStatus};
-use backpressure_envtest::{Prometheus, TestEnv};
-use common::fleet::{FakeFleet, backlog, failing, recovered};
-use common::operator::Operator;
-use common::pods;
-use common::scene::{self, Scene, Workload, condition, operator_user, spec, tail};
+use backpressure_api::v1alpha1::{Action, Regime};
+use backpressure_envtest::TestEnv;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Polls `f` until it returns `Some`, or panics with `what` (and the world's state, when
-/// `diag` gives it) after `timeout`.
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let diag = || async { DIAG.lock().map(|d| d.clone()).unwrap_or_default() };
-    scene::wait_for(timeout, what, diag, f).await
-}
-
-/// The last known state of the world, printed when a wait times out.
-static DIAG: Mutex<String> = Mutex::new(String::new());
-
-/// One test's world: a namespace, a Deployment `w`, fake pods, a fake fleet scraped by its own
-/// Prometheus, and the operator.
-struct World {
-    scene: Scene,
-    prom: Prometheus,
-    fleet: FakeFleet,
-    pods: Vec<pods::FakePod>,
-    operator: Option<Operator>,
-}
-
-impl World {
-    async fn new(prefix: &str, replicas: i32, pod_count: usize) -> World {
-        let scene = Scene::new(prefix).await;
-        let Workload { pods, fleet, prom } = scene.workload(replicas, pod_count).await;
-        World {
-            scene,
-            prom,
-            fleet,
-            pods,
-            operator: None,
-        }
-    }
-
-    async fn start_operator(&mut self) {
-        self.operator = Some(Operator::start(self.scene.env, &self.prom.url(), &[]).await);
-    }
-
-    /// A WorkerBackpressure for `w` with fast time constants, patched by `spec`.
-    async fn apply(&self, patch: Value) {
-        self.scene
-            .apply("w", spec("w", "w", &self.prom.url(), patch))
-            .await;
-    }
-
-    fn wbps(&self) -> Api<WorkerBackpressure> {
-        self.scene.wbps()
-    }
-
-    async fn status(&self) -> WorkerBackpressureStatus {
-        let s = self.scene.status("w").await;
-        if let Ok(mut d) = DIAG.lock() {
-            *d = format!(
-                "status: {}\noperator log (last lines):\n{}",
-                serde_json::to_string_pretty(&s).unwrap_or_default(),
-                tail(&self.operator_log(), 40)
-            );
-        }
-        s
-    }
-
-    async fn replicas(&self) -> i32 {
-        self.scene.replicas("w").await
-    }
-
-    async fn wait_regime(&self, regime: Regime, timeout: Duration) -> WorkerBackpressureStatus {
-        wait_for(timeout, &format!("regime {regime:?}"), || async {
-            let s = self.status().await;
-            (s.regime == Some(regime)).then_some(s)
-        })
-        .await
-    }
-
-    async fn has_event(&self, reason: &str) -> Option<Event> {
-        self.scene
-            .events()
-            .await
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some(reason))
-    }
-
-    fn operator_log(&self) -> String {
-        self.operator
-            .as_ref()
-            .map(Operator::log)
-            .unwrap_or_default()
-    }
-
-    async fn cleanup(mut self) {
-        if let Some(mut op) = self.operator.take() {
-            op.process.stop();
-        }
-        let _ = self.wbps().delete("w", &DeleteParams::default()).await;
-    }
-}
+use crate::common::fleet::{backlog, failing, recovered};
+use crate::common::operator::{operator_kubeconfig, operator_user};
+use crate::common::scene::condition;
+use crate::common::serial;
+use crate::common::world::World;
 
 #[tokio::test]
 async fn scales_out_for_a_backlog_within_step_limits() {
-    let _serial = serial();
-    let mut w = World::new("backlog", 2, 2).await;
+    let _serial = serial().await;
+    let mut w = World::builder("backlog").replicas(2).pods(2).start().await;
     w.fleet.set(backlog);
     w.apply(json!({})).await;
     w.start_operator().await;
@@ -146,7 +34,7 @@ async fn scales_out_for_a_backlog_within_step_limits() {
         assert!(
             Instant::now() < deadline,
             "replicas {seen:?} did not reach 6\n{}",
-            w.operator_log()
+            w.operator().log()
         );
         let r = w.replicas().await;
         if seen.last() != Some(&r) {
@@ -166,21 +54,20 @@ async fn scales_out_for_a_backlog_within_step_limits() {
     assert_eq!(s.regime, Some(Regime::Backlogged), "{s:?}");
     assert!(s.replicas.as_ref().unwrap().recommended > 6, "{s:?}");
     let ev = w
-        .has_event("ScaledOut")
+        .event("ScaledOut")
         .await
-        .unwrap_or_else(|| panic!("no ScaledOut event\n{}", w.operator_log()));
+        .unwrap_or_else(|| panic!("no ScaledOut event\n{}", w.operator().log()));
     let note = ev.note.unwrap_or_default();
     assert!(
         note.chars().any(|c| c.is_ascii_digit()),
         "the event gives numbers: {note}"
     );
-    w.cleanup().await;
 }
 
 #[tokio::test]
 async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_spike() {
-    let _serial = serial();
-    let mut w = World::new("hold", 4, 2).await;
+    let _serial = serial().await;
+    let mut w = World::builder("hold").replicas(4).pods(2).start().await;
     w.fleet.set(failing);
     w.apply(json!({})).await;
     w.start_operator().await;
@@ -208,27 +95,29 @@ async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_s
         r.current
     );
     assert!(
-        w.has_event("ScaleOutHeld").await.is_some(),
+        w.event("ScaleOutHeld").await.is_some(),
         "no ScaleOutHeld event"
     );
 
     // Recovery: backoff falls below release; a staged ramp starts.
     w.fleet.set(recovered);
-    let s1 = wait_for(Duration::from_secs(40), "ramp stage 1", || async {
-        let s = w.status().await;
-        (s.regime == Some(Regime::Recovering) && s.ramp.as_ref().is_some_and(|r| r.stage == 1))
-            .then_some(s)
-    })
-    .await;
+    let s1 = w
+        .wait_for(Duration::from_secs(40), "ramp stage 1", || async {
+            let s = w.status().await;
+            (s.regime == Some(Regime::Recovering) && s.ramp.as_ref().is_some_and(|r| r.stage == 1))
+                .then_some(s)
+        })
+        .await;
     let ramp = s1.ramp.clone().unwrap();
     assert_eq!(ramp.of, 3);
     assert_eq!(ramp.from, 4);
     let stage1_target = ramp.from + ((ramp.to - ramp.from) as f64 * 0.34).ceil() as i32;
-    let s2 = wait_for(Duration::from_secs(40), "ramp stage 2", || async {
-        let s = w.status().await;
-        s.ramp.as_ref().is_some_and(|r| r.stage == 2).then_some(s)
-    })
-    .await;
+    let s2 = w
+        .wait_for(Duration::from_secs(40), "ramp stage 2", || async {
+            let s = w.status().await;
+            s.ramp.as_ref().is_some_and(|r| r.stage == 2).then_some(s)
+        })
+        .await;
     let t1 = ramp.stage_started_at.clone().unwrap().0;
     let t2 = s2
         .ramp
@@ -250,7 +139,7 @@ async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_s
     let s = w
         .wait_regime(Regime::DependencyFailing, Duration::from_secs(30))
         .await;
-    let aborted = w.has_event("RampAborted").await;
+    let aborted = w.event("RampAborted").await;
     assert!(
         aborted.is_some()
             || s.last_decision
@@ -265,13 +154,12 @@ async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_s
         at_abort,
         "replicas grew after the abort"
     );
-    w.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_killed_operator_resumes_the_ramp_at_the_recorded_stage() {
-    let _serial = serial();
-    let mut w = World::new("restart", 4, 2).await;
+    let _serial = serial().await;
+    let mut w = World::builder("restart").replicas(4).pods(2).start().await;
     w.fleet.set(failing);
     w.apply(json!({"scaling": {"rampUp": {"stages": [34, 67, 100], "dwell": "8s"}}}))
         .await;
@@ -279,15 +167,16 @@ async fn a_killed_operator_resumes_the_ramp_at_the_recorded_stage() {
     w.wait_regime(Regime::DependencyFailing, Duration::from_secs(40))
         .await;
     w.fleet.set(recovered);
-    let s1 = wait_for(Duration::from_secs(40), "ramp stage 1", || async {
-        let s = w.status().await;
-        s.ramp.as_ref().is_some_and(|r| r.stage == 1).then_some(s)
-    })
-    .await;
+    let s1 = w
+        .wait_for(Duration::from_secs(40), "ramp stage 1", || async {
+            let s = w.status().await;
+            s.ramp.as_ref().is_some_and(|r| r.stage == 1).then_some(s)
+        })
+        .await;
     let ramp = s1.ramp.clone().unwrap();
 
     // Crash: SIGKILL, no graceful shutdown.
-    w.operator.as_mut().unwrap().kill();
+    w.operator_mut().kill();
     let at_crash = w.replicas().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(w.status().await.ramp.unwrap().stage, 1);
@@ -296,34 +185,34 @@ async fn a_killed_operator_resumes_the_ramp_at_the_recorded_stage() {
     // It continues from stage 1 (same ramp: same origin and target), reaching stage 2 only
     // after the dwell, and never jumps to the final size first.
     let final_target = ramp.to;
-    let s2 = wait_for(
-        Duration::from_secs(40),
-        "ramp stage 2 after restart",
-        || async {
-            let s = w.status().await;
-            let r = w.replicas().await;
-            assert!(
-                r <= at_crash
-                    .max(ramp.from + ((final_target - ramp.from) as f64 * 0.67).ceil() as i32),
-                "replicas {r} beyond stage 2 while resuming"
-            );
-            s.ramp.as_ref().is_some_and(|x| x.stage >= 2).then_some(s)
-        },
-    )
-    .await;
+    let s2 = w
+        .wait_for(
+            Duration::from_secs(40),
+            "ramp stage 2 after restart",
+            || async {
+                let s = w.status().await;
+                let r = w.replicas().await;
+                assert!(
+                    r <= at_crash
+                        .max(ramp.from + ((final_target - ramp.from) as f64 * 0.67).ceil() as i32),
+                    "replicas {r} beyond stage 2 while resuming"
+                );
+                s.ramp.as_ref().is_some_and(|x| x.stage >= 2).then_some(s)
+            },
+        )
+        .await;
     let resumed = s2.ramp.unwrap();
     assert_eq!(
         resumed.from, ramp.from,
         "the ramp restarted instead of resuming"
     );
     assert!(resumed.stage_started_at.is_some());
-    w.cleanup().await;
 }
 
 #[tokio::test]
 async fn prometheus_down_means_metrics_unavailable_and_no_scaling() {
-    let _serial = serial();
-    let mut w = World::new("promdown", 3, 2).await;
+    let _serial = serial().await;
+    let mut w = World::builder("promdown").replicas(3).pods(2).start().await;
     w.fleet.set(|k| {
         k.queue_age = 2.0;
         k.arrival_rate = 10.0;
@@ -331,7 +220,7 @@ async fn prometheus_down_means_metrics_unavailable_and_no_scaling() {
     });
     w.apply(json!({})).await;
     w.start_operator().await;
-    wait_for(Duration::from_secs(40), "metrics available", || async {
+    w.wait_for(Duration::from_secs(40), "metrics available", || async {
         let s = w.status().await;
         condition(&s, "MetricsAvailable")
             .is_some_and(|c| c.status == "True")
@@ -352,7 +241,7 @@ async fn prometheus_down_means_metrics_unavailable_and_no_scaling() {
     );
     assert!(w.replicas().await > 0);
     w.prom.start_again().unwrap();
-    wait_for(
+    w.wait_for(
         Duration::from_secs(40),
         "metrics available again",
         || async {
@@ -363,25 +252,25 @@ async fn prometheus_down_means_metrics_unavailable_and_no_scaling() {
         },
     )
     .await;
-    w.cleanup().await;
 }
 
 #[tokio::test]
 async fn dry_run_reports_decisions_and_never_scales() {
-    let _serial = serial();
-    let mut w = World::new("dryrun", 2, 2).await;
+    let _serial = serial().await;
+    let mut w = World::builder("dryrun").replicas(2).pods(2).start().await;
     w.fleet.set(backlog);
     w.apply(json!({"mode": "DryRun"})).await;
     w.start_operator().await;
     let s = w
         .wait_regime(Regime::Backlogged, Duration::from_secs(40))
         .await;
-    let d = wait_for(Duration::from_secs(20), "a dry-run decision", || async {
-        let s = w.status().await;
-        s.last_decision
-            .filter(|d| d.dry_run == Some(true) && d.to > d.from)
-    })
-    .await;
+    let d = w
+        .wait_for(Duration::from_secs(20), "a dry-run decision", || async {
+            let s = w.status().await;
+            s.last_decision
+                .filter(|d| d.dry_run == Some(true) && d.to > d.from)
+        })
+        .await;
     assert!(s.replicas.as_ref().unwrap().desired > 2 || d.to > 2);
     assert_eq!(s.dry_run_by.as_deref(), Some("spec.mode"));
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -390,24 +279,24 @@ async fn dry_run_reports_decisions_and_never_scales() {
         !w.scene.events().await.is_empty(),
         "DryRun publishes its decisions as events"
     );
-    w.cleanup().await;
 }
 
 #[tokio::test]
 async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
-    let _serial = serial();
-    let mut w = World::new("config", 3, 3).await;
+    let _serial = serial().await;
+    let mut w = World::builder("config").replicas(3).pods(3).start().await;
     w.apply(json!({"worker": {"setPoint": 0.05, "maxPermits": 8}}))
         .await;
     w.start_operator().await;
-    let s = wait_for(Duration::from_secs(40), "3 pods in sync", || async {
-        let s = w.status().await;
-        s.config
-            .as_ref()
-            .is_some_and(|c| c.pods_in_sync == 3 && c.pods_total == 3)
-            .then_some(s)
-    })
-    .await;
+    let s = w
+        .wait_for(Duration::from_secs(40), "3 pods in sync", || async {
+            let s = w.status().await;
+            s.config
+                .as_ref()
+                .is_some_and(|c| c.pods_in_sync == 3 && c.pods_total == 3)
+                .then_some(s)
+        })
+        .await;
     let hash = s.config.unwrap().hash;
     for p in &w.pods {
         assert_eq!(p.running().hash, hash, "pod {} runs another config", p.name);
@@ -419,7 +308,7 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
 
     // A set point change reaches every pod and the ConfigMap.
     w.apply(json!({"worker": {"setPoint": 0.1}})).await;
-    wait_for(
+    w.wait_for(
         Duration::from_secs(40),
         "set point 0.1 on every pod",
         || async {
@@ -430,18 +319,19 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
         },
     )
     .await;
-    let s = wait_for(
-        Duration::from_secs(20),
-        "status in sync with the new hash",
-        || async {
-            let s = w.status().await;
-            s.config
-                .as_ref()
-                .is_some_and(|c| c.pods_in_sync == 3 && c.hash != hash)
-                .then_some(s)
-        },
-    )
-    .await;
+    let s = w
+        .wait_for(
+            Duration::from_secs(20),
+            "status in sync with the new hash",
+            || async {
+                let s = w.status().await;
+                s.config
+                    .as_ref()
+                    .is_some_and(|c| c.pods_in_sync == 3 && c.hash != hash)
+                    .then_some(s)
+            },
+        )
+        .await;
     let new_hash = s.config.unwrap().hash;
     assert!(w.pods.iter().all(|p| p.running().hash == new_hash));
     let cm = cms.get("w-worker-config").await.unwrap();
@@ -454,13 +344,13 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
         .delete("w", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for(Duration::from_secs(20), "the object gone", || async {
+    w.wait_for(Duration::from_secs(20), "the object gone", || async {
         w.wbps().get_opt("w").await.unwrap().is_none().then_some(())
     })
     .await;
     w.apply(json!({"worker": {"setPoint": 0.07, "maxPermits": 8}}))
         .await;
-    wait_for(
+    w.wait_for(
         Duration::from_secs(40),
         "the recreated object's set point 0.07 on every pod",
         || async {
@@ -476,13 +366,12 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
             .iter()
             .all(|p| p.running().generation > old_generation)
     );
-    w.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_no_op_reconcile_writes_nothing() {
-    let _serial = serial();
-    let mut w = World::new("noop", 2, 2).await;
+    let _serial = serial().await;
+    let mut w = World::builder("noop").replicas(2).pods(2).start().await;
     w.fleet.set(|k| {
         k.queue_age = 2.0;
         k.queue_depth = 5.0;
@@ -492,7 +381,7 @@ async fn a_no_op_reconcile_writes_nothing() {
     w.apply(json!({})).await;
     w.start_operator().await;
     let user = operator_user();
-    wait_for(Duration::from_secs(40), "settled status", || async {
+    w.wait_for(Duration::from_secs(40), "settled status", || async {
         let s = w.status().await;
         (s.regime == Some(Regime::Healthy)
             && s.config.as_ref().is_some_and(|c| c.pods_in_sync == 2)
@@ -518,19 +407,18 @@ async fn a_no_op_reconcile_writes_nothing() {
     let rv_after = w.wbps().get("w").await.unwrap().metadata.resource_version;
     assert_eq!(rv_before, rv_after, "the object changed");
     // It did reconcile meanwhile (the counter moved), it just had nothing to write.
-    let metrics = w.operator.as_ref().unwrap().scrape();
+    let metrics = w.operator().scrape();
     assert!(
         metrics.contains("backpressure_operator_reconciles_total{result=\"success\"}"),
         "{metrics}"
     );
-    w.cleanup().await;
 }
 
 #[tokio::test]
 async fn the_operator_role_cannot_touch_what_it_does_not_need() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
-    let _ = common::operator::operator_kubeconfig(env).await;
+    let _ = operator_kubeconfig(env).await;
     let as_operator = env.client_as(&operator_user(), &[]).unwrap();
     let ns = env.namespace("rbac").await.unwrap();
     // Creating Deployments, deleting pods or reading Secrets cluster-wide in other ways is not

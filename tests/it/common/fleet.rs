@@ -1,7 +1,6 @@
 //! A fake worker fleet's metrics, served on loopback for a real Prometheus to scrape: the
 //! workers' backoff and outcome counters and the queue exporter's gauges and counters, with the
 //! wire contract's names. Tests turn the knobs; counters grow at the configured rates.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -112,8 +111,6 @@ pub struct FakeFleet {
     state: Arc<Mutex<State>>,
     /// `127.0.0.1:<port>` of the exposition endpoint.
     pub address: String,
-    /// The workload label value.
-    pub workload: String,
     /// The namespace Prometheus attaches.
     pub namespace: String,
 }
@@ -148,7 +145,6 @@ impl FakeFleet {
         FakeFleet {
             state,
             address,
-            workload: workload.to_owned(),
             namespace: namespace.to_owned(),
         }
     }

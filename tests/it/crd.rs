@@ -1,9 +1,6 @@
 //! The generated CRDs against a real kube-apiserver: accepted and Established, the sample object
 //! round-trips, `kubectl get wbp` columns come from the printer columns, status is written
 //! through the status subresource, and invalid objects are rejected with the field named.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use backpressure_api::v1alpha1::{
     Regime, ReplicaStatus, WorkerBackpressure, WorkerBackpressureStatus,
@@ -11,6 +8,9 @@ use backpressure_api::v1alpha1::{
 use backpressure_envtest::TestEnv;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+
+use crate::common::crds::install_crds;
+use crate::common::serial;
 
 fn sample() -> WorkerBackpressure {
     let path = backpressure_envtest::repo_root()
@@ -21,9 +21,10 @@ fn sample() -> WorkerBackpressure {
 
 #[tokio::test]
 async fn sample_is_accepted_listed_with_columns_and_status_is_writable() {
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
+    install_crds(&client).await;
     let ns = env.namespace("crd").await.unwrap();
     let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), &ns);
 
@@ -138,9 +139,10 @@ fn object(name: &str, mutate: impl FnOnce(&mut Value)) -> Value {
 
 #[tokio::test]
 async fn invalid_objects_are_rejected_naming_the_field() {
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
+    install_crds(&client).await;
     let ns = env.namespace("invalid").await.unwrap();
     let ar = kube::discovery::ApiResource::erase::<WorkerBackpressure>(&());
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);

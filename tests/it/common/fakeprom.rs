@@ -1,7 +1,6 @@
 //! A Prometheus HTTP API on loopback whose answers the test chooses: a pass-through proxy to a
 //! real Prometheus (optionally delayed), or crafted responses to `/api/v1/query` (HTTP errors,
 //! NaN samples, empty vectors, garbage). Counts the queries it receives.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -8,72 +8,58 @@
 //! stage during the ramp, and the original spec and annotations restored exactly on release, on
 //! leaving Guard mode (also after an operator restart), when the guard moves to another
 //! autoscaler, and when the WorkerBackpressure is deleted.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
-
-mod common;
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::{GuardClamp, GuardKind, Regime, WorkerBackpressureStatus};
-use backpressure_envtest::Prometheus;
 use backpressure_operator::act::guard::{
     FINALIZER, KEDA_PAUSED_SCALE_OUT, ORIGINAL_ANNOTATION, api_resource,
 };
-use common::fleet::{FakeFleet, FleetKnobs, failing, recovered};
-use common::operator::Operator;
-use common::pods;
-use common::scene::{Scene, Workload, condition, merge, operator_user, spec, tail, wait_for_every};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::common::crds::install_fixture;
+use crate::common::fleet::{FleetKnobs, failing, recovered};
+use crate::common::scene::{condition, merge, spec, wait_for_every};
+use crate::common::serial;
+use crate::common::world::World;
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// One test's world: a namespace, a Deployment `w` with 4 replicas and 2 fake pods, a fake
-/// fleet scraped by its own Prometheus, the guarded autoscaler, and the operator.
-struct World {
-    scene: Scene,
-    prom: Prometheus,
-    fleet: FakeFleet,
-    _pods: Vec<pods::FakePod>,
-    operator: Option<Operator>,
+/// A [`World`] (Deployment `w` with 4 replicas and 2 fake pods) whose autoscaler `w` of
+/// `kind` the WorkerBackpressure guards.
+struct Guarded {
+    world: World,
     kind: GuardKind,
 }
 
-impl World {
-    async fn new(prefix: &str, kind: GuardKind) -> World {
-        let scene = Scene::new(prefix).await;
-        if kind == GuardKind::ScaledObject {
-            install_keda_crd(&scene.client).await;
-        }
-        let Workload { pods, fleet, prom } = scene.workload(4, 2).await;
-        World {
-            scene,
-            prom,
-            fleet,
-            _pods: pods,
-            operator: None,
-            kind,
-        }
-    }
+impl Deref for Guarded {
+    type Target = World;
 
-    async fn start_operator(&mut self) {
-        self.operator = Some(Operator::start(self.scene.env, &self.prom.url(), &[]).await);
+    fn deref(&self) -> &World {
+        &self.world
+    }
+}
+
+impl DerefMut for Guarded {
+    fn deref_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
+}
+
+impl Guarded {
+    async fn new(prefix: &str, kind: GuardKind) -> Guarded {
+        let world = World::builder(prefix).replicas(4).pods(2).start().await;
+        if kind == GuardKind::ScaledObject {
+            install_fixture(&world.scene.client, "keda-scaledobject-crd.yaml").await;
+        }
+        Guarded { world, kind }
     }
 
     /// The Guard-mode WorkerBackpressure for `w` guarding the autoscaler `w`, with fast time
     /// constants; `patch` is merged into the spec. Unlike the Scale-mode spec it sets no
     /// `scaleUp`/`scaleDown` step limits (the guarded autoscaler scales).
-    async fn apply(&self, patch: Value) {
+    async fn apply_guard(&self, patch: Value) {
         let mode = json!({"mode": "Guard", "guard": {"kind": kind_name(self.kind), "name": "w"}});
         let mut spec = spec("w", "w", &self.prom.url(), mode);
         let scaling = spec["scaling"].as_object_mut().unwrap();
@@ -81,10 +67,6 @@ impl World {
         scaling.remove("scaleDown");
         merge(&mut spec, patch);
         self.scene.apply("w", spec).await;
-    }
-
-    fn wbps(&self) -> Api<WorkerBackpressure> {
-        self.scene.wbps()
     }
 
     fn autoscalers(&self) -> Api<DynamicObject> {
@@ -110,43 +92,26 @@ impl World {
         serde_json::to_value(self.autoscalers().get("w").await.unwrap()).unwrap()
     }
 
-    async fn status(&self) -> WorkerBackpressureStatus {
-        self.scene.status("w").await
-    }
-
-    async fn events(&self) -> Vec<Event> {
-        self.scene.events().await
-    }
-
-    fn diag(&self) -> String {
-        let log = self
-            .operator
-            .as_ref()
-            .map(Operator::log)
-            .unwrap_or_default();
-        format!("operator log (last lines):\n{}", tail(&log, 25))
-    }
-
-    /// Polls `f` every 200 ms until it returns `Some`, or panics with `what`, the status, the
-    /// autoscaler and the operator's log.
-    async fn wait_for<T, F, Fut>(&self, timeout: Duration, what: &str, f: F) -> T
+    /// Polls `f` every 200 ms until it returns `Some`, or panics with `what`, the world's
+    /// state and the autoscaler.
+    async fn wait_guarded<T, F, Fut>(&self, timeout: Duration, what: &str, f: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
         let diag = || async {
             format!(
-                "status: {}\nautoscaler: {}\n{}",
-                serde_json::to_string_pretty(&self.status().await).unwrap_or_default(),
+                "autoscaler: {}\n{}",
                 serde_json::to_string_pretty(&self.autoscaler().await).unwrap_or_default(),
-                self.diag()
+                self.diag().await
             )
         };
         wait_for_every(Duration::from_millis(200), timeout, what, diag, f).await
     }
 
-    async fn wait_regime(&self, regime: Regime) -> WorkerBackpressureStatus {
-        self.wait_for(
+    /// Waits until `w` is in `regime`.
+    async fn wait_guarded_regime(&self, regime: Regime) -> WorkerBackpressureStatus {
+        self.wait_guarded(
             Duration::from_secs(40),
             &format!("regime {regime:?}"),
             || async {
@@ -159,7 +124,7 @@ impl World {
 
     /// Waits until the autoscaler satisfies `pred` and returns it.
     async fn wait_autoscaler(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        self.wait_for(Duration::from_secs(40), what, || async {
+        self.wait_guarded(Duration::from_secs(40), what, || async {
             let a = self.autoscaler().await;
             pred(&a).then_some(a)
         })
@@ -179,40 +144,12 @@ impl World {
                 Some(_) if Instant::now() >= deadline => {
                     panic!(
                         "WorkerBackpressure still there 30s after delete\n{}",
-                        self.diag()
+                        self.diag().await
                     )
                 }
                 Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
-    }
-
-    async fn operator_scale_writes(&self) -> Vec<String> {
-        self.scene
-            .env
-            .audit_writes_by(&operator_user())
-            .iter()
-            .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
-            .filter(|w| {
-                w.contains(&format!("/namespaces/{}/", self.scene.ns)) && w.contains("/scale")
-            })
-            .collect()
-    }
-
-    async fn cleanup(mut self) {
-        if let Some(mut op) = self.operator.take() {
-            op.process.stop();
-        }
-        // Leave no finalizer behind.
-        let _ = self
-            .wbps()
-            .patch(
-                "w",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-            )
-            .await;
-        let _ = self.wbps().delete("w", &DeleteParams::default()).await;
     }
 }
 
@@ -221,32 +158,6 @@ fn kind_name(kind: GuardKind) -> &'static str {
         GuardKind::HorizontalPodAutoscaler => "HorizontalPodAutoscaler",
         GuardKind::ScaledObject => "ScaledObject",
     }
-}
-
-async fn install_keda_crd(client: &kube::Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let path = backpressure_envtest::repo_root().join("tests/fixtures/keda-scaledobject-crd.yaml");
-    let crd: CustomResourceDefinition =
-        serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    api.patch(
-        "scaledobjects.keda.sh",
-        &PatchParams::apply("envtest").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(
-            api,
-            "scaledobjects.keda.sh",
-            conditions::is_crd_established(),
-        ),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
 /// The dependency is back and a large backlog waits: the backlog-sized target stays at the
@@ -299,14 +210,14 @@ fn hpa(behavior: Option<Value>) -> Value {
 
 #[tokio::test]
 async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exactly() {
-    let _serial = serial();
-    let mut w = World::new("guard-hpa", GuardKind::HorizontalPodAutoscaler).await;
+    let _serial = serial().await;
+    let mut w = Guarded::new("guard-hpa", GuardKind::HorizontalPodAutoscaler).await;
     // No behavior at all: restoring must remove what the clamp added, defaults included.
     let original = w.create_autoscaler(hpa(None)).await;
     assert!(original["spec"].get("behavior").is_none(), "{original}");
     let original_view = guarded_view(&original);
     w.fleet.set(failing);
-    w.apply(json!({})).await;
+    w.apply_guard(json!({})).await;
     w.start_operator().await;
 
     // Held: the HPA may not scale out; nothing else about it changes.
@@ -322,9 +233,9 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
     let record: Value =
         serde_json::from_str(annotation(&held, ORIGINAL_ANNOTATION).unwrap()).unwrap();
     assert_eq!(record["owner"], "w");
-    let s = w.wait_regime(Regime::DependencyFailing).await;
+    let s = w.wait_guarded_regime(Regime::DependencyFailing).await;
     let guard = w
-        .wait_for(
+        .wait_guarded(
             Duration::from_secs(10),
             "status.guard ScaleOutDisabled",
             || async {
@@ -400,7 +311,7 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
         assert!(
             Instant::now() < deadline,
             "the ramp did not end; ceilings {ceilings:?}\nstatus: {s:?}\n{}",
-            w.diag()
+            w.diag().await
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
@@ -428,7 +339,7 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
         .await;
     assert!(annotation(&restored, ORIGINAL_ANNOTATION).is_none());
     let s = w
-        .wait_for(Duration::from_secs(10), "status.guard None", || async {
+        .wait_guarded(Duration::from_secs(10), "status.guard None", || async {
             let s = w.status().await;
             s.guard
                 .as_ref()
@@ -457,17 +368,13 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
     w.delete_wbp_and_wait().await;
     let after = w.autoscaler().await;
     assert_eq!(guarded_view(&after), original_view, "{after}");
-    assert!(
-        w.operator_scale_writes().await.is_empty(),
-        "Guard mode wrote /scale"
-    );
-    w.cleanup().await;
+    assert!(w.scale_writes().is_empty(), "Guard mode wrote /scale");
 }
 
 #[tokio::test]
 async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_ends() {
-    let _serial = serial();
-    let mut w = World::new("guard-restart", GuardKind::HorizontalPodAutoscaler).await;
+    let _serial = serial().await;
+    let mut w = Guarded::new("guard-restart", GuardKind::HorizontalPodAutoscaler).await;
     // A full behavior: only scaleUp.selectPolicy may change, and it must come back as Min.
     let behavior = json!({
         "scaleUp": {"selectPolicy": "Min", "stabilizationWindowSeconds": 30,
@@ -479,7 +386,7 @@ async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_end
     let original = w.create_autoscaler(hpa(Some(behavior))).await;
     let original_view = guarded_view(&original);
     w.fleet.set(failing);
-    w.apply(json!({})).await;
+    w.apply_guard(json!({})).await;
     w.start_operator().await;
     let held = w
         .wait_autoscaler("scaleUp.selectPolicy Disabled", |a| {
@@ -497,7 +404,7 @@ async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_end
     let record = annotation(&held, ORIGINAL_ANNOTATION).unwrap().to_owned();
 
     // Crash while held; a new operator must not take the clamp for the original.
-    w.operator.as_mut().unwrap().kill();
+    w.operator_mut().kill();
     w.start_operator().await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let still = w.autoscaler().await;
@@ -520,13 +427,13 @@ async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_end
         .await
         .unwrap();
     let second_view = guarded_view(&serde_json::to_value(&second).unwrap());
-    w.apply(json!({"guard": {"name": "w2"}})).await;
+    w.apply_guard(json!({"guard": {"name": "w2"}})).await;
     w.wait_autoscaler("the first HPA restored when the guard moves", |a| {
         guarded_view(a) == original_view
     })
     .await;
     let clamped = w
-        .wait_for(
+        .wait_guarded(
             Duration::from_secs(30),
             "the second HPA clamped",
             || async {
@@ -538,8 +445,8 @@ async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_end
     assert_eq!(clamped["spec"]["maxReplicas"], 30);
 
     // Leaving Guard mode (to DryRun: nothing else writes) restores it and drops the finalizer.
-    w.apply(json!({"mode": "DryRun"})).await;
-    w.wait_for(
+    w.apply_guard(json!({"mode": "DryRun"})).await;
+    w.wait_guarded(
         Duration::from_secs(30),
         "the second HPA restored after leaving Guard mode",
         || async {
@@ -549,7 +456,7 @@ async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_end
     )
     .await;
     assert_eq!(guarded_view(&w.autoscaler().await), original_view);
-    w.wait_for(
+    w.wait_guarded(
         Duration::from_secs(20),
         "finalizer removed and status.guard gone",
         || async {
@@ -566,7 +473,6 @@ async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_end
         },
     )
     .await;
-    w.cleanup().await;
 }
 
 fn scaled_object() -> Value {
@@ -590,12 +496,12 @@ fn scaled_object() -> Value {
 
 #[tokio::test]
 async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
-    let _serial = serial();
-    let mut w = World::new("guard-keda", GuardKind::ScaledObject).await;
+    let _serial = serial().await;
+    let mut w = Guarded::new("guard-keda", GuardKind::ScaledObject).await;
     let original = w.create_autoscaler(scaled_object()).await;
     let original_view = guarded_view(&original);
     w.fleet.set(failing);
-    w.apply(json!({})).await;
+    w.apply_guard(json!({})).await;
     w.start_operator().await;
 
     let held = w
@@ -613,7 +519,7 @@ async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
         Some("true")
     );
     let s = w
-        .wait_for(
+        .wait_guarded(
             Duration::from_secs(10),
             "GuardApplied ScaleOutDisabled",
             || async {
@@ -662,18 +568,17 @@ async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
     .await;
     w.delete_wbp_and_wait().await;
     assert_eq!(guarded_view(&w.autoscaler().await), original_view);
-    w.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_missing_autoscaler_is_reported_and_does_not_block_deletion() {
-    let _serial = serial();
-    let mut w = World::new("guard-missing", GuardKind::HorizontalPodAutoscaler).await;
+    let _serial = serial().await;
+    let mut w = Guarded::new("guard-missing", GuardKind::HorizontalPodAutoscaler).await;
     w.fleet.set(failing);
-    w.apply(json!({})).await;
+    w.apply_guard(json!({})).await;
     w.start_operator().await;
     let s = w
-        .wait_for(Duration::from_secs(40), "GuardApplied False", || async {
+        .wait_guarded(Duration::from_secs(40), "GuardApplied False", || async {
             let s = w.status().await;
             condition(&s, "GuardApplied")
                 .is_some_and(|c| c.status == "False")
@@ -695,7 +600,7 @@ async fn a_missing_autoscaler_is_reported_and_does_not_block_deletion() {
         ready.message
     );
     let ev = w
-        .wait_for(
+        .wait_guarded(
             Duration::from_secs(10),
             "a GuardTargetNotFound event",
             || async {
@@ -708,5 +613,4 @@ async fn a_missing_autoscaler_is_reported_and_does_not_block_deletion() {
         .await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     w.delete_wbp_and_wait().await;
-    w.cleanup().await;
 }

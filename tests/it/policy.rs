@@ -7,33 +7,28 @@
 //!
 //! No Prometheus is needed: policies act on the configuration, which the operator resolves and
 //! pushes whatever the metrics say. The tests share cluster-scoped objects (policies, admission
-//! policies), so they run one at a time and select namespaces by a label unique to each test.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
-
-mod common;
+//! policies), so they hold [`serial`] and select namespaces by a label unique to each test.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use backpressure_api::v1alpha1::{BackpressurePolicy, WorkerBackpressure};
 use backpressure_api::wire::BrakeConfig;
 use backpressure_envtest::TestEnv;
-use common::operator::{Operator, render_chart};
-use common::pods::{self, FakePod};
-use common::scene::{self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::common::crds::install_crds;
+use crate::common::operator::{Operator, render_chart};
+use crate::common::pods::{self, FakePod};
+use crate::common::scene::{
+    self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object,
+};
+use crate::common::serial;
 
 /// No Prometheus: metrics are unavailable, which policies do not need.
 const NO_PROMETHEUS: &str = "http://127.0.0.1:9";
@@ -108,14 +103,6 @@ async fn delete_policies(client: &kube::Client, names: &[&str]) {
     }
 }
 
-/// Deletes WorkerBackpressure objects so that later tests' operators do not work on them.
-async fn delete_wbps(client: &kube::Client, objects: &[(&str, &str)]) {
-    for (ns, name) in objects {
-        let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), ns);
-        let _ = api.delete(name, &DeleteParams::default()).await;
-    }
-}
-
 async fn policy(client: &kube::Client, name: &str) -> BackpressurePolicy {
     Api::<BackpressurePolicy>::all(client.clone())
         .get(name)
@@ -129,10 +116,10 @@ fn all_run(pods: &[FakePod], pred: impl Fn(&backpressure_api::wire::WorkerConfig
 
 #[tokio::test]
 async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_and_event() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
+    install_crds(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("defaults-{u}");
     let gold = namespace(env, "gold", &[("bp-fleet", &fleet), ("tier", "gold")]).await;
@@ -345,10 +332,10 @@ async fn defaults_fill_unset_fields_by_priority_and_limits_clamp_with_condition_
 
 #[tokio::test]
 async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
+    install_crds(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("brake-{u}");
     let a = namespace(env, "brake-a", &[("bp-fleet", &fleet)]).await;
@@ -473,7 +460,6 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
     assert!(ready.message.contains("expired at"), "{}", ready.message);
     delete_policies(&client, &[&name]).await;
     drop(op);
-    delete_wbps(&client, &[(&a, "wa"), (&b, "wb"), (&c, "wc")]).await;
 }
 
 /// Renders the chart's admission policies with helm and applies them.
@@ -533,10 +519,10 @@ async fn create_wbp(
 
 #[tokio::test]
 async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
-    common::install_crds(&client).await;
+    install_crds(&client).await;
     let installed = install_admission(&client).await;
     let u = backpressure_envtest::unique();
     let fleet = format!("admission-{u}");
@@ -721,7 +707,6 @@ async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy
     .await;
 
     drop(op);
-    delete_wbps(&client, &[(&limited, "y"), (&free, "x")]).await;
     delete_policies(&client, &[&name]).await;
     for (ar, n) in installed.iter().rev() {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);

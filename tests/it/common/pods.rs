@@ -1,9 +1,7 @@
 //! Pods of a test workload: real Pod objects (Ready, podIP 127.0.0.1) whose admin port is a
 //! real `backpressure-worker` admin server that verifies pushes with a TokenReview against the
 //! test control plane, accepting only the operator's ServiceAccount.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use backpressure_api::wire::{self, WorkerConfig};
@@ -25,8 +23,6 @@ pub struct FakePod {
     pub name: String,
     /// The worker library's configuration state (what the pod runs).
     pub state: ConfigState,
-    /// The admin port.
-    pub port: u16,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -101,7 +97,6 @@ pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> 
     FakePod {
         name,
         state,
-        port,
         stop: Some(tx),
     }
 }
@@ -145,9 +140,4 @@ pub async fn set_ready(pods: &Api<Pod>, name: &str, ready: bool) {
     pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .unwrap();
-}
-
-/// Labels helper.
-pub fn labels(app: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([("app".to_owned(), app.to_owned())])
 }

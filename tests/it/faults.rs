@@ -15,85 +15,29 @@
 //! - pods that refuse or hang on config push: retried with backoff, counted out of sync, and a
 //!   healthy object in another namespace keeps its pace.
 //!
-//! The tests share the operator-wide state of one control plane (and one restarts it), so they
-//! run one at a time.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+//! Like every test on the control plane they hold [`serial`] (one of them restarts the API
+//! server under everyone).
 
-mod common;
-
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureStatus};
-use backpressure_envtest::{Prometheus, TestEnv};
-use common::badpods::{self, Refusal};
-use common::fakeprom::{FakeProm, PromMode};
-use common::fleet::{FakeFleet, backlog, failing, recovered, steady};
-use common::operator::{OPERATOR_NAMESPACE, Operator};
-use common::pods;
-use common::scene::{Scene, condition, has_condition, tail, wait_for, zero_trap};
+use backpressure_envtest::TestEnv;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use serde_json::json;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::common::badpods::{self, Refusal};
+use crate::common::fakeprom::{FakeProm, PromMode};
+use crate::common::fleet::{backlog, failing, recovered, steady};
+use crate::common::operator::OPERATOR_NAMESPACE;
+use crate::common::pods;
+use crate::common::scene::{Scene, condition, has_condition, tail, wait_for, zero_trap};
+use crate::common::serial;
+use crate::common::world::World;
 
 /// No Prometheus listens here.
 const NO_PROMETHEUS: &str = "http://127.0.0.1:9";
-
-/// A namespace with Deployment `w`, a fake fleet for it and a real Prometheus scraping it.
-struct Fleet {
-    scene: Scene,
-    fleet: FakeFleet,
-    prom: Prometheus,
-}
-
-impl Fleet {
-    async fn new(prefix: &str, replicas: i32, pods: usize) -> Fleet {
-        let scene = Scene::new(prefix).await;
-        scene.deployment("w", replicas).await;
-        // At least one worker exports a backoff, whether or not Pod objects exist.
-        let fleet = FakeFleet::start(&scene.ns, "w", pods.max(1));
-        let prom = fleet.prometheus();
-        Fleet { scene, fleet, prom }
-    }
-
-    async fn diag(&self, name: &str, ops: &[&Operator]) -> String {
-        let s = self.scene.status(name).await;
-        let logs: Vec<String> = ops.iter().map(|o| tail(&o.log(), 60)).collect();
-        format!(
-            "replicas: {}\nstatus: {}\noperator logs:\n{}",
-            self.scene.replicas("w").await,
-            serde_json::to_string_pretty(&s).unwrap_or_default(),
-            logs.join("\n----\n")
-        )
-    }
-
-    async fn wait_status(
-        &self,
-        name: &str,
-        timeout: Duration,
-        what: &str,
-        ops: &[&Operator],
-        pred: impl Fn(&WorkerBackpressureStatus) -> bool,
-    ) -> WorkerBackpressureStatus {
-        wait_for(
-            timeout,
-            what,
-            || self.diag(name, ops),
-            || async {
-                let s = self.scene.status(name).await;
-                pred(&s).then_some(s)
-            },
-        )
-        .await
-    }
-}
 
 /// The value of the unlabelled sample `name` in a metrics exposition.
 fn metric(text: &str, name: &str) -> Option<f64> {
@@ -108,21 +52,16 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 /// seconds.
 #[tokio::test]
 async fn kube_apiserver_restart_resumes_watches_without_duplicate_writes() {
-    let _serial = serial();
-    let w = Fleet::new("apirestart", 2, 0).await;
+    let _serial = serial().await;
+    let mut w = World::builder("apirestart").replicas(2).start().await;
     w.fleet.set(backlog);
-    w.scene
-        .apply_w("w", &w.prom.url(), json!({"scaling": {"maxReplicas": 6}}))
-        .await;
-    let mut op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
+    w.apply(json!({"scaling": {"maxReplicas": 6}})).await;
+    w.start_operator().await;
 
     // Scaled out to the maximum: 2 -> 4 -> 6.
-    wait_for(
-        Duration::from_secs(60),
-        "replicas 6",
-        || async { w.diag("w", &[&op]).await },
-        || async { (w.scene.replicas("w").await == 6).then_some(()) },
-    )
+    w.wait_for(Duration::from_secs(60), "replicas 6", || async {
+        (w.scene.replicas("w").await == 6).then_some(())
+    })
     .await;
 
     let env = w.scene.env;
@@ -131,24 +70,20 @@ async fn kube_apiserver_restart_resumes_watches_without_duplicate_writes() {
         .unwrap()
         .expect("kube-apiserver restarts");
     assert!(
-        op.process.is_running(),
+        w.operator_mut().process.is_running(),
         "the operator died with the API server:\n{}",
-        tail(&op.log(), 40)
+        tail(&w.operator().log(), 40)
     );
 
     // A change made after the restart reaches the operator only through a resumed watch (a
     // requeue alone would reconcile the cached, old spec).
-    w.scene
-        .apply_w("w", &w.prom.url(), json!({"scaling": {"maxReplicas": 10}}))
-        .await;
+    w.apply(json!({"scaling": {"maxReplicas": 10}})).await;
     let generation = w.scene.wbps().get("w").await.unwrap().metadata.generation;
     let restarted = Instant::now();
     let s = w
         .wait_status(
-            "w",
             Duration::from_secs(60),
             "the new spec acted on after the restart",
-            &[&op],
             |s| {
                 s.observed_generation == generation
                     && s.replicas.as_ref().is_some_and(|r| r.current == 10)
@@ -174,9 +109,7 @@ async fn kube_apiserver_restart_resumes_watches_without_duplicate_writes() {
         writes >= 4,
         "expected 2->4->6 and 6->8->10, saw {writes} writes"
     );
-    assert!(op.process.is_running());
-    op.process.stop();
-    w.scene.delete_all().await;
+    assert!(w.operator_mut().process.is_running());
 }
 
 async fn lease_holder(client: &kube::Client, name: &str) -> Option<String> {
@@ -190,18 +123,13 @@ async fn lease_holder(client: &kube::Client, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
-    let _serial = serial();
+    let _serial = serial().await;
     // The chart's RBAC lets the operator touch only its own Lease.
     const LEASE: &str = "backpressure-operator-leader";
     const LEASE_SECONDS: u64 = 4;
-    let w = Fleet::new("failover", 4, 0).await;
+    let mut w = World::builder("failover").replicas(4).start().await;
     w.fleet.set(failing);
-    w.scene
-        .apply_w(
-            "w",
-            &w.prom.url(),
-            json!({"scaling": {"rampUp": {"stages": [34, 67, 100], "dwell": "8s"}}}),
-        )
+    w.apply(json!({"scaling": {"rampUp": {"stages": [34, 67, 100], "dwell": "8s"}}}))
         .await;
     let flags = |who: &str| {
         vec![
@@ -211,38 +139,30 @@ async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
             format!("--pod-name={who}"),
         ]
     };
-    let fa = flags("a");
-    let fb = flags("b");
-    let mut a = Operator::start(
-        w.scene.env,
-        &w.prom.url(),
-        &fa.iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .await;
-    let mut b = Operator::start(
-        w.scene.env,
-        &w.prom.url(),
-        &fb.iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .await;
-    w.wait_status(
-        "w",
-        Duration::from_secs(60),
-        "regime DependencyFailing",
-        &[&a, &b],
-        |s| s.regime == Some(Regime::DependencyFailing),
-    )
+    // Operator 0 is "a", operator 1 is "b".
+    let prometheus = w.prom.url();
+    for who in ["a", "b"] {
+        let f = flags(who);
+        w.start_operator_with(
+            &prometheus,
+            &f.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+        .await;
+    }
+    w.wait_status(Duration::from_secs(60), "regime DependencyFailing", |s| {
+        s.regime == Some(Regime::DependencyFailing)
+    })
     .await;
     let leader = lease_holder(&w.scene.client, LEASE)
         .await
         .expect("a Lease holder");
     let (lead, standby, standby_name) = if leader == "a" {
-        (&mut a, &mut b, "b")
+        (0, 1, "b")
     } else {
-        (&mut b, &mut a, "a")
+        (1, 0, "a")
     };
     // Only the leader acts: the standby reports itself as such and has not reconciled.
-    let standby_metrics = standby.scrape();
+    let standby_metrics = w.operators[standby].scrape();
     assert_eq!(
         metric(&standby_metrics, "backpressure_operator_leader"),
         Some(0.0),
@@ -257,29 +177,24 @@ async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
         "the standby reconciled:\n{standby_metrics}"
     );
     assert_eq!(
-        metric(&lead.scrape(), "backpressure_operator_leader"),
+        metric(&w.operators[lead].scrape(), "backpressure_operator_leader"),
         Some(1.0)
     );
 
     // Recovery starts a staged ramp; kill the leader at stage 1.
     w.fleet.set(recovered);
     let s1 = w
-        .wait_status(
-            "w",
-            Duration::from_secs(60),
-            "ramp stage 1",
-            &[lead, standby],
-            |s| s.ramp.as_ref().is_some_and(|r| r.stage == 1),
-        )
+        .wait_status(Duration::from_secs(60), "ramp stage 1", |s| {
+            s.ramp.as_ref().is_some_and(|r| r.stage == 1)
+        })
         .await;
     let ramp = s1.ramp.clone().unwrap();
-    lead.kill();
+    w.operators[lead].kill();
     let killed = Instant::now();
     let killed_wall = k8s_openapi::jiff::Timestamp::now();
-    wait_for(
+    w.wait_for(
         Duration::from_secs(LEASE_SECONDS + 10),
         "the standby to take the Lease",
-        || async { w.diag("w", &[standby]).await },
         || async {
             (lease_holder(&w.scene.client, LEASE).await.as_deref() == Some(standby_name))
                 .then_some(())
@@ -298,10 +213,8 @@ async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
     // The ramp continues from status: same origin, the next stage, never restarted.
     let s2 = w
         .wait_status(
-            "w",
             Duration::from_secs(60),
             "ramp stage 2 under the new leader",
-            &[standby],
             |s| s.ramp.as_ref().is_some_and(|r| r.stage >= 2),
         )
         .await;
@@ -316,7 +229,10 @@ async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
         "stage 2 did not start after stage 1"
     );
     assert_eq!(
-        metric(&standby.scrape(), "backpressure_operator_leader"),
+        metric(
+            &w.operators[standby].scrape(),
+            "backpressure_operator_leader"
+        ),
         Some(1.0)
     );
 
@@ -336,14 +252,12 @@ async fn leader_failover_takes_over_within_the_lease_and_continues_the_ramp() {
             );
         }
     }
-    standby.process.stop();
-    w.scene.delete_all().await;
 }
 
 #[tokio::test]
 async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero() {
-    let _serial = serial();
-    let w = Fleet::new("promfaults", 3, 0).await;
+    let _serial = serial().await;
+    let mut w = World::builder("promfaults").replicas(3).start().await;
     w.fleet.set(|k| {
         steady(k);
         // For the stale case at the end (see FleetKnobs::frozen_at_ms).
@@ -352,19 +266,13 @@ async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero
     let proxy = FakeProm::start(&w.prom.url(), &[(&w.scene.ns, "w")]);
     // A missing value misread as zero would take the fleet to zero within seconds.
     w.scene.apply_w("w", &proxy.url(), zero_trap()).await;
-    let op = Operator::start(w.scene.env, NO_PROMETHEUS, &[]).await;
+    w.start_operator_with(NO_PROMETHEUS, &[]).await;
     let available = |s: &WorkerBackpressureStatus| {
         has_condition(s, cond::METRICS_AVAILABLE, "True")
             && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
     };
-    w.wait_status(
-        "w",
-        Duration::from_secs(60),
-        "metrics available",
-        &[&op],
-        available,
-    )
-    .await;
+    w.wait_status(Duration::from_secs(60), "metrics available", available)
+        .await;
     assert_eq!(w.scene.replicas("w").await, 3);
 
     let cases: Vec<(&str, PromMode, &str)> = vec![
@@ -379,10 +287,8 @@ async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero
         proxy.set(mode);
         let s = w
             .wait_status(
-                "w",
                 Duration::from_secs(30),
                 &format!("MetricsUnavailable on {name}"),
-                &[&op],
                 |s| {
                     s.regime == Some(Regime::MetricsUnavailable)
                         && has_condition(s, cond::METRICS_AVAILABLE, "False")
@@ -406,10 +312,8 @@ async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero
         }
         proxy.set(PromMode::Pass);
         w.wait_status(
-            "w",
             Duration::from_secs(30),
             &format!("recovery after {name}"),
-            &[&op],
             available,
         )
         .await;
@@ -427,10 +331,8 @@ async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero
     w.fleet.set(|k| k.frozen_at_ms = Some(frozen));
     let s = w
         .wait_status(
-            "w",
             Duration::from_secs(40),
             "MetricsUnavailable on stale samples",
-            &[&op],
             |s| s.regime == Some(Regime::MetricsUnavailable),
         )
         .await;
@@ -453,45 +355,33 @@ async fn prometheus_slow_failing_nan_empty_or_stale_means_unavailable_never_zero
     }
     w.fleet.set(|k| k.frozen_at_ms = None);
     w.wait_status(
-        "w",
         Duration::from_secs(40),
         "recovery after stale samples",
-        &[&op],
         available,
     )
     .await;
     assert_eq!(w.scene.replicas("w").await, 3);
-    drop(op);
-    w.scene.delete_all().await;
 }
 
 #[tokio::test]
 async fn a_conflicting_writer_is_followed_not_fought() {
-    let _serial = serial();
-    let w = Fleet::new("conflict", 3, 0).await;
+    let _serial = serial().await;
+    let mut w = World::builder("conflict").replicas(3).start().await;
     w.fleet.set(steady);
-    w.scene.apply_w("w", &w.prom.url(), json!({})).await;
-    let op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
-    w.wait_status(
-        "w",
-        Duration::from_secs(60),
-        "Healthy with metrics",
-        &[&op],
-        |s| s.regime == Some(Regime::Healthy) && has_condition(s, cond::METRICS_AVAILABLE, "True"),
-    )
+    w.apply(json!({})).await;
+    w.start_operator().await;
+    w.wait_status(Duration::from_secs(60), "Healthy with metrics", |s| {
+        s.regime == Some(Regime::Healthy) && has_condition(s, cond::METRICS_AVAILABLE, "True")
+    })
     .await;
     assert_eq!(w.scene.operator_scale_writes("w"), 0);
 
     // A human scales to 7 while the queue is at its target age: the operator takes the new
     // size as the current one and has no reason to undo it.
     w.scene.kubectl_scale("w", 7).await;
-    w.wait_status(
-        "w",
-        Duration::from_secs(20),
-        "status.replicas.current 7",
-        &[&op],
-        |s| s.replicas.as_ref().is_some_and(|r| r.current == 7),
-    )
+    w.wait_status(Duration::from_secs(20), "status.replicas.current 7", |s| {
+        s.replicas.as_ref().is_some_and(|r| r.current == 7)
+    })
     .await;
     for _ in 0..32 {
         assert_eq!(
@@ -511,15 +401,10 @@ async fn a_conflicting_writer_is_followed_not_fought() {
     // scales to 2; the operator returns to 5 in step-limited writes, monotonically, records
     // the human's value as its starting point, and then stays put.
     w.fleet.set(backlog);
-    w.scene
-        .apply_w("w", &w.prom.url(), json!({"scaling": {"maxReplicas": 5}}))
-        .await;
-    wait_for(
-        Duration::from_secs(40),
-        "replicas 5",
-        || async { w.diag("w", &[&op]).await },
-        || async { (w.scene.replicas("w").await == 5).then_some(()) },
-    )
+    w.apply(json!({"scaling": {"maxReplicas": 5}})).await;
+    w.wait_for(Duration::from_secs(40), "replicas 5", || async {
+        (w.scene.replicas("w").await == 5).then_some(())
+    })
     .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let before = w.scene.operator_scale_writes("w");
@@ -531,7 +416,7 @@ async fn a_conflicting_writer_is_followed_not_fought() {
         assert!(
             Instant::now() < deadline,
             "did not return to 5: {seen:?}\n{}",
-            w.diag("w", &[&op]).await
+            w.diag().await
         );
         let r = w.scene.replicas("w").await;
         if seen.last() != Some(&r) {
@@ -561,13 +446,11 @@ async fn a_conflicting_writer_is_followed_not_fought() {
     );
     assert_eq!(w.scene.replicas("w").await, 5);
     assert_eq!(after, w.scene.operator_scale_writes("w"));
-    drop(op);
-    w.scene.delete_all().await;
 }
 
 #[tokio::test]
 async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
-    let _serial = serial();
+    let _serial = serial().await;
     let env = TestEnv::shared();
     // Namespace A: one good pod, one answering 500, one 403, one never answering.
     let a = Scene::new("pushfail").await;
@@ -581,17 +464,17 @@ async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
     a.apply_w("w", NO_PROMETHEUS, json!({"worker": {"maxPermits": 7}}))
         .await;
     // Namespace B: a healthy workload with one good pod and live metrics.
-    let b = Fleet::new("pushok", 2, 1).await;
-    let b_pod = pods::start(env, &b.scene.ns, "w", 0).await;
+    let mut b = World::builder("pushok").replicas(2).pods(1).start().await;
     b.fleet.set(steady);
-    b.scene.apply_w("w", &b.prom.url(), json!({})).await;
-    let op = Operator::start(env, NO_PROMETHEUS, &[]).await;
+    b.apply(json!({})).await;
+    b.start_operator_with(NO_PROMETHEUS, &[]).await;
+    let b_pod = &b.pods[0];
 
     let diag_a = || async {
         format!(
             "A status: {}\n{}",
             serde_json::to_string_pretty(&a.status("w").await).unwrap_or_default(),
-            tail(&op.log(), 40)
+            tail(&b.operator().log(), 40)
         )
     };
     let s = wait_for(
@@ -627,16 +510,9 @@ async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
 
     // B keeps its pace meanwhile: its pod is in sync, and a dependency failure is seen and
     // held as fast as without the bad pods next door.
-    b.wait_status(
-        "w",
-        Duration::from_secs(30),
-        "B in sync and healthy",
-        &[&op],
-        |s| {
-            s.config.as_ref().is_some_and(|c| c.pods_in_sync == 1)
-                && s.regime == Some(Regime::Healthy)
-        },
-    )
+    b.wait_status(Duration::from_secs(30), "B in sync and healthy", |s| {
+        s.config.as_ref().is_some_and(|c| c.pods_in_sync == 1) && s.regime == Some(Regime::Healthy)
+    })
     .await;
     assert_eq!(
         b_pod.running().hash,
@@ -644,7 +520,7 @@ async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
     );
     let flipped = Instant::now();
     b.fleet.set(failing);
-    b.wait_status("w", Duration::from_secs(20), "B held", &[&op], |s| {
+    b.wait_status(Duration::from_secs(20), "B held", |s| {
         s.regime == Some(Regime::DependencyFailing)
     })
     .await;
@@ -690,7 +566,4 @@ async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
     }
     let s = a.status("w").await;
     assert_eq!(s.config.as_ref().map(|c| c.pods_in_sync), Some(1), "{s:?}");
-    drop(op);
-    a.delete_all().await;
-    b.scene.delete_all().await;
 }

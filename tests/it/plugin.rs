@@ -4,38 +4,27 @@
 //! real operator running: a hold really stops scale-out until it is released, and DryRun by
 //! annotation really stops the operator's writes.
 //!
-//! Every test takes a process-wide lock: the operator of one test watches all namespaces and
-//! would otherwise rewrite the hand-made statuses of another.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+//! Every test holds [`serial`]: an operator watches all namespaces and would otherwise rewrite
+//! the hand-made statuses of another test.
 
-mod common;
-
-use std::future::Future;
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use backpressure_api::WorkerBackpressure;
-use backpressure_api::v1alpha1::WorkerBackpressureStatus;
-use backpressure_envtest::{Prometheus, TestEnv};
+use backpressure_envtest::TestEnv;
 use backpressure_operator::annotations;
 use backpressure_operator::plugin;
-use common::fleet::{FakeFleet, backlog};
-use common::operator::Operator;
-use common::pods;
-use common::scene::{self, Scene, Workload, operator_user, spec, tail, wbp_object};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::common::fleet::backlog;
+use crate::common::scene::{Scene, spec};
+use crate::common::serial;
+use crate::common::world::World;
 
 /// What one run of the plugin printed.
 #[derive(Debug)]
@@ -149,7 +138,7 @@ fn annotation(w: &WorkerBackpressure, key: &str) -> Option<String> {
 
 #[tokio::test]
 async fn status_prints_the_fleet_table_and_json() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (client, ns) = setup("wbp-status").await;
     let (_, other) = setup("wbp-status-other").await;
     let long = "export-worker-with-a-rather-long-name-for-a-narrow-terminal";
@@ -258,7 +247,7 @@ async fn status_prints_the_fleet_table_and_json() {
 
 #[tokio::test]
 async fn explain_gives_the_decision_conditions_and_events() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (client, ns) = setup("wbp-explain").await;
     create(&client, &ns, "export", json!({})).await;
     write_status(
@@ -353,7 +342,7 @@ async fn explain_gives_the_decision_conditions_and_events() {
 
 #[tokio::test]
 async fn hold_and_release_set_and_remove_the_annotation() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (client, ns) = setup("wbp-hold").await;
     create(&client, &ns, "export", json!({"team": "shop"})).await;
     let api: Api<WorkerBackpressure> = Api::namespaced(client.clone(), &ns);
@@ -438,7 +427,7 @@ async fn hold_and_release_set_and_remove_the_annotation() {
 
 #[tokio::test]
 async fn dry_run_on_and_off_by_name_and_by_selector() {
-    let _serial = serial();
+    let _serial = serial().await;
     let (client, ns) = setup("wbp-dryrun").await;
     create(&client, &ns, "a1", json!({"team": "a"})).await;
     create(&client, &ns, "a2", json!({"team": "a"})).await;
@@ -500,108 +489,45 @@ async fn dry_run_on_and_off_by_name_and_by_selector() {
 // ---------------------------------------------------------------------------------------------
 // With the operator running
 
-/// Polls `f` every 250 ms until it returns `Some`, or panics with `what` and the tail of `log`.
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, log: &Operator, f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let diag = || async { format!("operator log:\n{}", tail(&log.log(), 30)) };
-    scene::wait_for(timeout, what, diag, f).await
-}
-
-struct World {
-    scene: Scene,
-    prom: Prometheus,
-    fleet: FakeFleet,
-    _pods: Vec<pods::FakePod>,
-}
-
-impl World {
-    async fn new(prefix: &str, replicas: i32, pod_count: usize) -> World {
-        let scene = Scene::new(prefix).await;
-        let Workload { pods, fleet, prom } = scene.workload(replicas, pod_count).await;
-        World {
-            scene,
-            prom,
-            fleet,
-            _pods: pods,
-        }
-    }
-
-    /// What Git holds: the test spec without a `rampUp` section, labelled `team=shop`, applied
-    /// by field manager `git`.
-    async fn apply(&self) {
-        let mut spec = spec("w", "w", &self.prom.url(), json!({}));
-        spec["scaling"].as_object_mut().unwrap().remove("rampUp");
-        let mut obj = wbp_object("w", spec);
-        obj["metadata"]["labels"] = json!({"team": "shop"});
-        self.wbps()
-            .patch("w", &PatchParams::apply("git").force(), &Patch::Apply(&obj))
-            .await
-            .unwrap();
-    }
-
-    fn wbps(&self) -> Api<WorkerBackpressure> {
-        self.scene.wbps()
-    }
-
-    async fn status(&self) -> WorkerBackpressureStatus {
-        self.scene.status("w").await
-    }
-
-    async fn replicas(&self) -> i32 {
-        self.scene.replicas("w").await
-    }
-
-    /// The operator's writes to the target's `/scale` in this namespace so far.
-    fn scale_writes(&self) -> usize {
-        self.scene
-            .env
-            .audit_writes_by(&operator_user())
-            .iter()
-            .filter(|e| {
-                e["objectRef"]["namespace"] == self.scene.ns.as_str()
-                    && e["objectRef"]["subresource"] == "scale"
-            })
-            .count()
-    }
-
-    async fn cleanup(self, mut op: Operator) {
-        op.process.stop();
-        let _ = self.wbps().delete("w", &DeleteParams::default()).await;
-    }
+/// A world (Deployment `w` with 2 replicas, 2 fake pods) whose WorkerBackpressure `w` is what
+/// Git holds: the test spec without a `rampUp` section, labelled `team=shop`, applied by field
+/// manager `git`.
+async fn live(prefix: &str) -> World {
+    let w = World::builder(prefix).replicas(2).pods(2).start().await;
+    let mut spec = spec("w", "w", &w.prom.url(), json!({}));
+    spec["scaling"].as_object_mut().unwrap().remove("rampUp");
+    w.git_apply("w", "git", spec).await.unwrap();
+    w
 }
 
 #[tokio::test]
 async fn a_hold_stops_scale_out_until_it_is_released() {
-    let _serial = serial();
-    let w = World::new("wbp-live-hold", 2, 2).await;
+    let _serial = serial().await;
+    let mut w = live("wbp-live-hold").await;
     w.fleet.set(backlog);
-    w.apply().await;
     ok(&["hold", "w", "--for", "30m", "-n", &w.scene.ns]);
-    let op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
+    w.start_operator().await;
 
     // The operator sees the backlog (a backlog-only autoscaler would add pods) ...
-    let s = wait_for(
-        Duration::from_secs(60),
-        "a decision on the backlog",
-        &op,
-        || async {
-            let s = w.status().await;
-            s.replicas
-                .as_ref()
-                .is_some_and(|r| r.recommended > r.current)
-                .then_some(s)
-        },
-    )
-    .await;
+    let s = w
+        .wait_for(
+            Duration::from_secs(60),
+            "a decision on the backlog",
+            || async {
+                let s = w.status().await;
+                s.replicas
+                    .as_ref()
+                    .is_some_and(|r| r.recommended > r.current)
+                    .then_some(s)
+            },
+        )
+        .await;
     // ... and holds: several reconciles (1 s apart) later nothing was scaled.
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(w.replicas().await, 2, "scaled out during a manual hold");
     assert_eq!(
         w.scale_writes(),
-        0,
+        Vec::<String>::new(),
         "the operator wrote /scale during a hold"
     );
     let r = w.status().await.replicas.unwrap();
@@ -619,41 +545,42 @@ async fn a_hold_stops_scale_out_until_it_is_released() {
 
     // Released: scale-out resumes.
     ok(&["release", "w", "-n", &w.scene.ns]);
-    wait_for(
+    w.wait_for(
         Duration::from_secs(60),
         "scale-out after release",
-        &op,
         || async { (w.replicas().await > 2).then_some(()) },
     )
     .await;
-    w.cleanup(op).await;
 }
 
 #[tokio::test]
 async fn dry_run_by_annotation_stops_the_operators_writes() {
-    let _serial = serial();
-    let w = World::new("wbp-live-dry", 2, 2).await;
+    let _serial = serial().await;
+    let mut w = live("wbp-live-dry").await;
     w.fleet.set(backlog);
-    w.apply().await;
     let out = ok(&["dry-run", "on", "-l", "team=shop", "-n", &w.scene.ns]);
     assert!(out.contains("workerbackpressure/w dry-run on"), "{out}");
-    let op = Operator::start(w.scene.env, &w.prom.url(), &[]).await;
+    w.start_operator().await;
 
-    let d = wait_for(
-        Duration::from_secs(60),
-        "a dry-run scale-out decision",
-        &op,
-        || async {
-            w.status()
-                .await
-                .last_decision
-                .filter(|d| d.dry_run == Some(true) && d.to > d.from)
-        },
-    )
-    .await;
+    let d = w
+        .wait_for(
+            Duration::from_secs(60),
+            "a dry-run scale-out decision",
+            || async {
+                w.status()
+                    .await
+                    .last_decision
+                    .filter(|d| d.dry_run == Some(true) && d.to > d.from)
+            },
+        )
+        .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(w.replicas().await, 2, "DryRun wrote to the target: {d:?}");
-    assert_eq!(w.scale_writes(), 0, "the operator wrote /scale in DryRun");
+    assert_eq!(
+        w.scale_writes(),
+        Vec::<String>::new(),
+        "the operator wrote /scale in DryRun"
+    );
     let cms: Api<ConfigMap> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     assert!(
         cms.get_opt("w-worker-config").await.unwrap().is_none(),
@@ -667,13 +594,11 @@ async fn dry_run_by_annotation_stops_the_operators_writes() {
 
     // Off again: the operator acts.
     ok(&["dry-run", "off", "w", "-n", &w.scene.ns]);
-    wait_for(
+    w.wait_for(
         Duration::from_secs(60),
         "scale-out after dry-run off",
-        &op,
         || async { (w.replicas().await > 2).then_some(()) },
     )
     .await;
-    assert!(w.scale_writes() > 0);
-    w.cleanup(op).await;
+    assert!(!w.scale_writes().is_empty());
 }

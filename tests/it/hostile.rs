@@ -12,42 +12,37 @@
 //! - (pure) arbitrary specs: resolving never panics, and whatever resolves renders a worker
 //!   config that workers accept.
 //!
-//! The tests share the operator-wide state of one control plane, so they run one at a time.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::await_holding_lock)]
+//! The live tests hold [`serial`], like every test on the control plane.
 
-mod common;
-
-use std::sync::Mutex;
 use std::time::Duration;
 
 use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureSpec, WorkerBackpressureStatus};
 use backpressure_core::resolve;
-use common::fakeprom::{FakeProm, PromMode};
-use common::fleet::{FakeFleet, backlog, steady};
-use common::operator::Operator;
-use common::scene::{Scene, condition, has_condition, operator_user, tail, wait_for, zero_trap};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::common::fakeprom::{FakeProm, PromMode};
+use crate::common::fleet::{backlog, steady};
+use crate::common::operator::operator_user;
+use crate::common::scene::{condition, has_condition, wait_for, zero_trap};
+use crate::common::serial;
+use crate::common::world::World;
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-async fn diag(scene: &Scene, names: &[&str], op: &Operator) -> String {
+/// The statuses of `names` and the world's [`diag`](World::diag).
+async fn diag(w: &World, names: &[&str]) -> String {
     let mut out = String::new();
     for n in names {
-        let s = scene.status(n).await;
+        let s = w.scene.status(n).await;
         out.push_str(&format!(
             "{n}: {}\n",
             serde_json::to_string_pretty(&s).unwrap_or_default()
         ));
     }
-    out.push_str(&tail(&op.log(), 40));
+    out.push_str(&w.diag().await);
     out
 }
 
@@ -57,13 +52,10 @@ fn ready_reason(s: &WorkerBackpressureStatus) -> Option<(String, String, String)
 
 #[tokio::test]
 async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
-    let _serial = serial();
-    let scene = Scene::new("badtargets").await;
-    scene.deployment("w", 2).await;
-    let fleet = FakeFleet::start(&scene.ns, "w", 1);
-    fleet.set(backlog);
-    let prom = fleet.prometheus();
-    let cms: Api<ConfigMap> = Api::namespaced(scene.client.clone(), &scene.ns);
+    let _serial = serial().await;
+    let mut w = World::builder("badtargets").replicas(2).start().await;
+    w.fleet.set(backlog);
+    let cms: Api<ConfigMap> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     let cm: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "cm"}, "data": {"a": "b"}})).unwrap();
     cms.create(&PostParams::default(), &cm).await.unwrap();
@@ -84,7 +76,7 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
         ),
         (
             "clusterscoped",
-            target("v1", "Namespace", &scene.ns),
+            target("v1", "Namespace", &w.scene.ns),
             "TargetNotNamespaced",
             "cluster-scoped",
         ),
@@ -96,20 +88,24 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
         ),
     ];
     for (name, t, _, _) in &bad {
-        scene.apply_w(name, &prom.url(), t.clone()).await;
+        w.scene.apply_w(name, &w.prom.url(), t.clone()).await;
     }
-    scene
-        .apply_w("good", &prom.url(), json!({"scaling": {"maxReplicas": 6}}))
+    w.scene
+        .apply_w(
+            "good",
+            &w.prom.url(),
+            json!({"scaling": {"maxReplicas": 6}}),
+        )
         .await;
-    let op = Operator::start(scene.env, &prom.url(), &[]).await;
+    w.start_operator().await;
     let names: Vec<&str> = bad.iter().map(|b| b.0).chain(["good"]).collect();
 
     for (name, _, reason, says) in &bad {
         let (status, r, message) = wait_for(
             Duration::from_secs(60),
             &format!("{name}: Ready=False {reason}"),
-            || diag(&scene, &names, &op),
-            || async { ready_reason(&scene.status(name).await).filter(|(_, r, _)| r == reason) },
+            || diag(&w, &names),
+            || async { ready_reason(&w.scene.status(name).await).filter(|(_, r, _)| r == reason) },
         )
         .await;
         assert_eq!(status, "False", "{name}");
@@ -119,7 +115,7 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
             "{name}: {message:?} should say {says:?}"
         );
         assert!(
-            !scene.events_of(name, reason).await.is_empty(),
+            !w.scene.events_of(name, reason).await.is_empty(),
             "{name}: no {reason} event"
         );
     }
@@ -127,16 +123,17 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
     wait_for(
         Duration::from_secs(60),
         "good scaled to 6",
-        || diag(&scene, &names, &op),
-        || async { (scene.replicas("w").await == 6).then_some(()) },
+        || diag(&w, &names),
+        || async { (w.scene.replicas("w").await == 6).then_some(()) },
     )
     .await;
-    let s = scene.status("good").await;
+    let s = w.scene.status("good").await;
     assert_eq!(s.regime, Some(Regime::Backlogged), "{s:?}");
     assert!(has_condition(&s, cond::READY, "True"), "{s:?}");
 
     // Nothing was written to the bad targets, and the operator is alive.
-    let writes: Vec<String> = scene
+    let writes: Vec<String> = w
+        .scene
         .env
         .audit_writes_by(&operator_user())
         .iter()
@@ -152,23 +149,20 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
     assert!(writes.is_empty(), "writes to bad targets: {writes:?}");
 
     // The missing target appears: that object recovers by itself.
-    scene.deployment("nope", 2).await;
+    w.scene.deployment("nope", 2).await;
     wait_for(
         Duration::from_secs(60),
         "missing: target found",
-        || diag(&scene, &names, &op),
+        || diag(&w, &names),
         || async {
-            let s = scene.status("missing").await;
+            let s = w.scene.status("missing").await;
             ready_reason(&s)
                 .filter(|(_, r, _)| r != "TargetNotFound")
                 .and(s.replicas.filter(|r| r.current == 2))
         },
     )
     .await;
-    let mut op = op;
-    assert!(op.process.is_running(), "the operator died");
-    op.process.stop();
-    scene.delete_all().await;
+    assert!(w.operator_mut().process.is_running(), "the operator died");
 }
 
 /// Two objects scaling one Deployment would fight. The older one acts (the rule of
@@ -176,31 +170,32 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
 /// naming the owner and writes nothing to the target.
 #[tokio::test]
 async fn two_objects_naming_one_target_do_not_fight() {
-    let _serial = serial();
-    let scene = Scene::new("duptarget").await;
-    scene.deployment("w", 2).await;
-    let fleet = FakeFleet::start(&scene.ns, "w", 1);
-    fleet.set(backlog);
-    let prom = fleet.prometheus();
+    let _serial = serial().await;
+    let mut w = World::builder("duptarget").replicas(2).start().await;
+    w.fleet.set(backlog);
     // `first` wants 6, `second` would cap the same Deployment at 3.
-    scene
-        .apply_w("first", &prom.url(), json!({"scaling": {"maxReplicas": 6}}))
+    w.scene
+        .apply_w(
+            "first",
+            &w.prom.url(),
+            json!({"scaling": {"maxReplicas": 6}}),
+        )
         .await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    scene
+    w.scene
         .apply_w(
             "second",
-            &prom.url(),
+            &w.prom.url(),
             json!({"scaling": {"maxReplicas": 3}}),
         )
         .await;
-    let op = Operator::start(scene.env, &prom.url(), &[]).await;
+    w.start_operator().await;
     let names = ["first", "second"];
     let (_, reason, message) = wait_for(
         Duration::from_secs(60),
         "second: Ready=False TargetConflict",
-        || diag(&scene, &names, &op),
-        || async { ready_reason(&scene.status("second").await).filter(|(s, _, _)| s == "False") },
+        || diag(&w, &names),
+        || async { ready_reason(&w.scene.status("second").await).filter(|(s, _, _)| s == "False") },
     )
     .await;
     assert_eq!(reason, "TargetConflict");
@@ -208,31 +203,26 @@ async fn two_objects_naming_one_target_do_not_fight() {
     wait_for(
         Duration::from_secs(60),
         "first scaled to 6",
-        || diag(&scene, &names, &op),
-        || async { (scene.replicas("w").await == 6).then_some(()) },
+        || diag(&w, &names),
+        || async { (w.scene.replicas("w").await == 6).then_some(()) },
     )
     .await;
-    let before = scene.operator_scale_writes("w");
+    let before = w.scene.operator_scale_writes("w");
     for _ in 0..24 {
-        assert_eq!(scene.replicas("w").await, 6, "the two objects fight");
+        assert_eq!(w.scene.replicas("w").await, 6, "the two objects fight");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_eq!(scene.operator_scale_writes("w"), before);
-    drop(op);
-    scene.delete_all().await;
+    assert_eq!(w.scene.operator_scale_writes("w"), before);
 }
 
 #[tokio::test]
 async fn garbage_from_prometheus_is_unavailable_never_a_crash_or_a_scale_to_zero() {
-    let _serial = serial();
-    let scene = Scene::new("promgarbage").await;
-    scene.deployment("w", 3).await;
-    let fleet = FakeFleet::start(&scene.ns, "w", 1);
-    fleet.set(steady);
-    let prom = fleet.prometheus();
-    let proxy = FakeProm::start(&prom.url(), &[(&scene.ns, "w")]);
-    scene.apply_w("w", &proxy.url(), zero_trap()).await;
-    let mut op = Operator::start(scene.env, "http://127.0.0.1:9", &[]).await;
+    let _serial = serial().await;
+    let mut w = World::builder("promgarbage").replicas(3).start().await;
+    w.fleet.set(steady);
+    let proxy = FakeProm::start(&w.prom.url(), &[(&w.scene.ns, "w")]);
+    w.scene.apply_w("w", &proxy.url(), zero_trap()).await;
+    w.start_operator_with("http://127.0.0.1:9", &[]).await;
     let available = |s: &WorkerBackpressureStatus| {
         has_condition(s, cond::METRICS_AVAILABLE, "True")
             && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
@@ -240,12 +230,12 @@ async fn garbage_from_prometheus_is_unavailable_never_a_crash_or_a_scale_to_zero
     wait_for(
         Duration::from_secs(60),
         "metrics available",
-        || diag(&scene, &["w"], &op),
-        || async { available(&scene.status("w").await).then_some(()) },
+        || diag(&w, &["w"]),
+        || async { available(&w.scene.status("w").await).then_some(()) },
     )
     .await;
 
-    let ns = scene.ns.clone();
+    let ns = w.scene.ns.clone();
     let series = |value: Value| {
         json!({"status": "success", "data": {"resultType": "vector", "result": [
             {"metric": {"namespace": ns, "workload": "w"}, "value": [1.0, value]}
@@ -295,9 +285,9 @@ async fn garbage_from_prometheus_is_unavailable_never_a_crash_or_a_scale_to_zero
         let s = wait_for(
             Duration::from_secs(30),
             &format!("MetricsUnavailable on {what}"),
-            || diag(&scene, &["w"], &op),
+            || diag(&w, &["w"]),
             || async {
-                let s = scene.status("w").await;
+                let s = w.scene.status("w").await;
                 (s.regime == Some(Regime::MetricsUnavailable)).then_some(s)
             },
         )
@@ -306,23 +296,24 @@ async fn garbage_from_prometheus_is_unavailable_never_a_crash_or_a_scale_to_zero
         assert_eq!(c.status, "False", "{what}");
         assert!(!c.message.is_empty(), "{what}: no explanation");
         for _ in 0..8 {
-            assert_eq!(scene.replicas("w").await, 3, "{what}: replicas changed");
+            assert_eq!(w.scene.replicas("w").await, 3, "{what}: replicas changed");
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        assert!(op.process.is_running(), "{what}: the operator died");
+        assert!(
+            w.operator_mut().process.is_running(),
+            "{what}: the operator died"
+        );
         proxy.set(PromMode::Pass);
         wait_for(
             Duration::from_secs(30),
             &format!("recovery after {what}"),
-            || diag(&scene, &["w"], &op),
-            || async { available(&scene.status("w").await).then_some(()) },
+            || diag(&w, &["w"]),
+            || async { available(&w.scene.status("w").await).then_some(()) },
         )
         .await;
         eprintln!("{what}: MetricsUnavailable ({}), recovered", c.message);
     }
-    assert_eq!(scene.replicas("w").await, 3);
-    op.process.stop();
-    scene.delete_all().await;
+    assert_eq!(w.scene.replicas("w").await, 3);
 }
 
 /// Values a hostile or careless manifest may carry in any field.
@@ -407,7 +398,13 @@ fn set_path(v: &mut Value, path: &[&str], value: Value) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+    // The saved failures live next to this file (hostile.proptest-regressions): by default
+    // proptest would look in tests/proptest-regressions/, since tests/it has a main.rs.
+    #![proptest_config(ProptestConfig {
+        cases: 1024,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
 
     /// Whatever a spec carries (what slipped past the CRD schema or came from an older CRD),
     /// resolving it never panics; it fails with errors naming the fields, or it succeeds, and

@@ -1,5 +1,4 @@
 //! Runs the real operator binary as its own ServiceAccount, with the chart's RBAC.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,6 +13,11 @@ use kube::discovery::{Discovery, Scope};
 pub const OPERATOR_NAMESPACE: &str = "bp-system";
 /// The chart's ServiceAccount name with release name `backpressure-operator`.
 pub const OPERATOR_SA: &str = "backpressure-operator";
+
+/// The operator's user name (in the audit log, and to impersonate it).
+pub fn operator_user() -> String {
+    format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}")
+}
 
 static RBAC: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
 

@@ -11,7 +11,6 @@
 //!   names of its real registry, `backpressure_operator::metrics::Metrics`), by the workers (the
 //!   worker library's registry), or by the queue exporter (the wire contract's queue names);
 //!   and METRICS.md documents each of them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -22,6 +21,8 @@ use backpressure_envtest::{TestEnv, bin_dir, repo_root};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
+
+use crate::common::serial;
 
 const CHART: &str = "charts/backpressure-operator";
 const DASHBOARD: &str = "charts/backpressure-operator/dashboards/backpressure-operator.json";
@@ -189,6 +190,7 @@ fn helm_renders_the_dashboard_alerts_and_admission_policies() {
 
 #[tokio::test]
 async fn the_api_server_accepts_the_rendered_dashboard_and_admission_objects() {
+    let _serial = serial().await;
     let env = TestEnv::shared();
     let client = env.client().unwrap();
     let docs = helm_template(&["prometheusRule.enabled=true"]);

@@ -1,26 +1,18 @@
-//! A namespace of a test with its Deployments and WorkerBackpressures, and the polling and
-//! spec helpers the fault and hostile-input tests share.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! A namespace of a test with its Deployments and WorkerBackpressures, and the spec, condition
+//! and polling helpers every area uses.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::WorkerBackpressureStatus;
-use backpressure_envtest::{Prometheus, TestEnv};
+use backpressure_envtest::TestEnv;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::fleet::FakeFleet;
-use super::operator::{OPERATOR_NAMESPACE, OPERATOR_SA};
-use super::pods::FakePod;
-
-/// The operator's user name in the audit log.
-pub fn operator_user() -> String {
-    format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}")
-}
+use super::operator::operator_user;
 
 /// One namespace of a test.
 #[derive(Clone)]
@@ -38,7 +30,7 @@ impl Scene {
     pub async fn new(prefix: &str) -> Scene {
         let env = TestEnv::shared();
         let client = env.client().unwrap();
-        super::install_crds(&client).await;
+        super::crds::install_crds(&client).await;
         let ns = env.namespace(prefix).await.unwrap();
         Scene { env, client, ns }
     }
@@ -83,21 +75,6 @@ impl Scene {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    /// Deployment `w` with `replicas`, `pod_count` fake pods of it, and their fake fleet scraped
-    /// by its own Prometheus, started in that order.
-    pub async fn workload(&self, replicas: i32, pod_count: usize) -> Workload {
-        self.deployment("w", replicas).await;
-        let pods = self.fake_pods("w", pod_count).await;
-        let fleet = FakeFleet::start(&self.ns, "w", pod_count);
-        let prom = fleet.prometheus();
-        Workload { pods, fleet, prom }
-    }
-
-    /// Starts `count` fake pods of `app` (named `<app>-<i>`), one after the other.
-    pub async fn fake_pods(&self, app: &str, count: usize) -> Vec<FakePod> {
-        super::pods::start_many(self.env, &self.ns, app, count).await
-    }
-
     /// Server-side applies WorkerBackpressure `name` with `spec` (field manager `test`, forced).
     pub async fn apply(&self, name: &str, spec: Value) {
         apply_wbp(&self.client, &self.ns, name, spec).await;
@@ -131,14 +108,6 @@ impl Scene {
             .collect()
     }
 
-    /// Deletes every WorkerBackpressure of the namespace (so later operators ignore it).
-    pub async fn delete_all(&self) {
-        let _ = self
-            .wbps()
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await;
-    }
-
     /// Scale writes (`/scale` patches and updates) by the operator to Deployment `name` so far.
     pub fn operator_scale_writes(&self, name: &str) -> usize {
         self.env
@@ -154,16 +123,6 @@ impl Scene {
             })
             .count()
     }
-}
-
-/// Deployment `w` of a [`Scene`]: its fake pods, and its fake fleet scraped by a real Prometheus.
-pub struct Workload {
-    /// The fake pods.
-    pub pods: Vec<FakePod>,
-    /// The fleet's metrics.
-    pub fleet: FakeFleet,
-    /// The Prometheus scraping the fleet.
-    pub prom: Prometheus,
 }
 
 /// A WorkerBackpressure object `name` with `spec`, as a server-side apply body.
