@@ -1,0 +1,91 @@
+//! The API server's audit log, read incrementally: the operator's writes by kind and time.
+
+use std::io::Read;
+use std::io::Seek;
+use std::io::SeekFrom;
+
+use backpressure_envtest::TestEnv;
+
+use super::operator;
+
+#[derive(Debug, Clone)]
+pub(super) struct AuditWrite {
+    pub(super) at: f64,
+    pub(super) resource: String,
+    pub(super) subresource: String,
+    pub(super) namespace: String,
+    pub(super) name: String,
+}
+
+impl AuditWrite {
+    /// `resource` or `resource/subresource`, for counting writes by kind.
+    pub(super) fn kind(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+}
+
+pub(super) struct Audit {
+    file: std::fs::File,
+    partial: String,
+    user: String,
+}
+
+impl Audit {
+    pub(super) fn open(env: &TestEnv) -> Audit {
+        let file = std::fs::File::open(env.dir().join("audit.log")).unwrap();
+        Audit {
+            file,
+            partial: String::new(),
+            user: operator::operator_user(),
+        }
+    }
+
+    /// Skips everything written so far.
+    pub(super) fn skip_to_end(&mut self) {
+        let _ = self.file.seek(SeekFrom::End(0));
+        self.partial.clear();
+    }
+
+    /// The operator's writes since the last call.
+    pub(super) fn new_writes(&mut self) -> Vec<AuditWrite> {
+        let mut buf = String::new();
+        let _ = self.file.read_to_string(&mut buf);
+        self.partial.push_str(&buf);
+        let mut out = Vec::new();
+        let complete = match self.partial.rfind('\n') {
+            Some(i) => i + 1,
+            None => return out,
+        };
+        let lines: String = self.partial.drain(..complete).collect();
+        for line in lines.lines() {
+            if !line.contains(&self.user) {
+                continue;
+            }
+            let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if e["stage"] != "ResponseComplete" || e["user"]["username"] != self.user.as_str() {
+                continue;
+            }
+            let at = e["stageTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .map(|t| t.as_microsecond() as f64 / 1e6)
+                .unwrap_or(0.0);
+            let o = &e["objectRef"];
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+            out.push(AuditWrite {
+                at,
+                resource: s(&o["resource"]),
+                subresource: s(&o["subresource"]),
+                namespace: s(&o["namespace"]),
+                name: s(&o["name"]),
+            });
+        }
+        out
+    }
+}
