@@ -1,4 +1,4 @@
-// Wrapper module for the kstatus check used by tests/gitops.rs. See tools/kstatus/build.sh.
+// Wrapper module for the kstatus check used by tests/it/common/kstatus.rs. See tools/kstatus/build.sh.
 module backpressure.dev/tools/kstatus
 
 go 1.25.0

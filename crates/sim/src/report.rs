@@ -578,7 +578,7 @@ A fixed-step (100 ms) model with exact per-message delivery counts; see the modu
 - **Autoscalers**, every 15 s on metrics scraped every 15 s (rates over 60 s): \
   *static* (the initial replicas); *KEDA-like*: the HPA algorithm on the first-attempt age with \
   a `Value` target of 60 s, tolerance 0.1, scale-up max(+100 %, +4 pods) per 15 s, scale-down \
-  stabilization 300 s; *ours*: the operator's real `decide` (root crate, `src/decide/`) with the \
+  stabilization 300 s; *ours*: the operator's real `decide` (`backpressure-core`, `crates/core/src/decide/`) with the \
   default `WorkerBackpressure` settings (hold above backoff 0.2 for 30 s, release below 0.05 for \
   60 s, ramp 25/50/75/100 % with 60 s dwell, abort above 0.2), fed back its own status and \
   called again after the `requeueAfter` it returns.
