@@ -43,15 +43,7 @@ pub async fn guard_step(
                     .await
                     .map_err(ReconcileError::Guard)?
                 {
-                    notes.push(Note {
-                        warning: false,
-                        reason: "GuardReleased".into(),
-                        action: "Guard".into(),
-                        message: format!(
-                            "{kind:?} {name}: original settings restored (mode is {:?})",
-                            eff.mode
-                        ),
-                    });
+                    notes.push(released(kind, &name, &format!("mode is {:?}", eff.mode)));
                 }
             }
             guard::set_finalizer(&ctx.client, wbp, false)
@@ -71,15 +63,11 @@ pub async fn guard_step(
             .await
             .map_err(ReconcileError::Guard)?
     {
-        notes.push(Note {
-            warning: false,
-            reason: "GuardReleased".into(),
-            action: "Guard".into(),
-            message: format!(
-                "{:?} {}: original settings restored (spec.guard now names {:?} {})",
-                old.kind, old.name, guard_ref.kind, guard_ref.name
-            ),
-        });
+        let why = format!(
+            "spec.guard now names {:?} {}",
+            guard_ref.kind, guard_ref.name
+        );
+        notes.push(released(old.kind, &old.name, &why));
     }
     let Some(plan) = clamp else {
         // Suspended: the autoscaler is left as it is; status and condition stay as they were.
@@ -176,6 +164,16 @@ pub async fn guard_step(
         }
     }
     Ok(())
+}
+
+/// The event of a guarded autoscaler given its original settings back, and why.
+fn released(kind: GuardKind, name: &str, why: &str) -> Note {
+    Note {
+        warning: false,
+        reason: "GuardReleased".into(),
+        action: "Guard".into(),
+        message: format!("{kind:?} {name}: original settings restored ({why})"),
+    }
 }
 
 /// The object is being deleted: restore what it clamped, then drop the finalizer.
