@@ -1,7 +1,7 @@
 //! The operator's integration tests, one binary: `cargo test -p backpressure-operator --test it`.
 //!
 //! Each module is one area (`crd`, `operator`, `faults`, `guard`, `gitops`, `hostile`,
-//! `observability`, `plugin`, `policy`); `common` holds the harness they share. Every test that
+//! `observability`, `plugin`, `policy`, `tenancy`); `common` holds the harness they share. Every test that
 //! needs Kubernetes uses the one control plane of the run (`TestEnv::shared()`: a real
 //! kube-apiserver + etcd, started on first use) and holds [`common::serial`] for its whole
 //! duration, since the operator watches every namespace and several tests read cluster-wide
@@ -21,3 +21,4 @@ mod observability;
 mod operator;
 mod plugin;
 mod policy;
+mod tenancy;

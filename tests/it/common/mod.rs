@@ -1,7 +1,8 @@
 //! The harness shared by the integration tests: the one lock on the control plane
 //! ([`serial`]), the operator process and its RBAC (`operator`), CRDs (`crds`), a test's
 //! namespace and world (`scene`, `world`), fakes of what surrounds the operator (`fleet`,
-//! `fakeprom`, `pods`, `badpods`), and the GitOps status checkers (`kstatus`).
+//! `fakeprom`, `pods`, `badpods`), the GitOps status checkers (`kstatus`), and a tenant with only namespaced
+//! WorkerBackpressure rights (`tenant`).
 
 pub mod badpods;
 pub mod crds;
@@ -11,6 +12,7 @@ pub mod kstatus;
 pub mod operator;
 pub mod pods;
 pub mod scene;
+pub mod tenant;
 pub mod world;
 
 use backpressure_api::WorkerBackpressure;
