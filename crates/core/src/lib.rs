@@ -6,7 +6,9 @@
 //!   the regime, the replicas, the status, the events;
 //! - [`guard`]: the clamp Guard mode puts on the guarded autoscaler after a decision;
 //! - [`selector`]: label selectors, structured (`namespaceSelector`) or in the string form of
-//!   `/scale` `status.selector`, with one evaluator.
+//!   `/scale` `status.selector`, with one evaluator;
+//! - [`tenancy`]: what a tenant may reach through `spec.metrics` (its queries scoped to its
+//!   namespace, the Prometheus addresses it may name, credentials redacted from URLs).
 //!
 //! Nothing here performs I/O, reads a clock or draws a random number: the operator and the
 //! simulator (`backpressure-sim`) call the same functions, and this crate depends on neither a
@@ -16,3 +18,4 @@ pub mod decide;
 pub mod guard;
 pub mod resolve;
 pub mod selector;
+pub mod tenancy;
