@@ -43,9 +43,34 @@ pub enum LogFormat {
 /// Settings of the running operator.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Prometheus used by objects that set no `spec.metrics.prometheus.address`.
+    /// Prometheus used by objects that set no `spec.metrics.prometheus.address`. Credentials
+    /// in the URL (`http://user:pass@host`) work but are better given as a file
+    /// (`--prometheus-bearer-token-file`, `--prometheus-basic-auth-file`); they are never shown.
     #[arg(long, env = "BP_PROMETHEUS_URL")]
     pub prometheus_url: Option<String>,
+
+    /// A Prometheus (scheme, host and port) that objects may name in
+    /// `spec.metrics.prometheus.address`, besides `--prometheus-url`; repeatable. The platform
+    /// runs it: the Secret an object names in `secretRef` may be sent there.
+    #[arg(
+        long = "allowed-prometheus-address",
+        env = "BP_ALLOWED_PROMETHEUS_ADDRESSES",
+        value_delimiter = ','
+    )]
+    pub allowed_prometheus_addresses: Vec<String>,
+
+    /// A file holding the bearer token for `--prometheus-url` (read again every 30 s, so a
+    /// mounted Secret can rotate).
+    #[arg(
+        long,
+        env = "BP_PROMETHEUS_BEARER_TOKEN_FILE",
+        conflicts_with = "prometheus_basic_auth_file"
+    )]
+    pub prometheus_bearer_token_file: Option<std::path::PathBuf>,
+
+    /// A file holding `username:password` for `--prometheus-url` (read again every 30 s).
+    #[arg(long, env = "BP_PROMETHEUS_BASIC_AUTH_FILE")]
+    pub prometheus_basic_auth_file: Option<std::path::PathBuf>,
 
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "BP_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]

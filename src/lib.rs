@@ -80,8 +80,24 @@ pub async fn run(args: cli::RunArgs) -> anyhow::Result<()> {
         None
     };
 
+    let prometheus = observe::access::PrometheusAccess::new(
+        args.prometheus_url.as_deref(),
+        args.allowed_prometheus_addresses.clone(),
+        args.prometheus_bearer_token_file.clone(),
+        args.prometheus_basic_auth_file.clone(),
+    );
+    if matches!(
+        prometheus.default_auth,
+        observe::access::DefaultAuth::FromUrl(_)
+    ) {
+        tracing::warn!(
+            prometheus = prometheus.default_address.as_deref().unwrap_or_default(),
+            "--prometheus-url carries credentials: they are used but never shown; prefer \
+             --prometheus-bearer-token-file or --prometheus-basic-auth-file"
+        );
+    }
     let settings = reconcile::Settings {
-        default_prometheus: args.prometheus_url.clone(),
+        prometheus: Arc::new(prometheus),
         requeue_interval: args.requeue_interval,
     };
     let options = controller::RunOptions {

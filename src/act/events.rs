@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use backpressure_core::tenancy::address::redact_text;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -153,7 +154,8 @@ impl Recorder {
                 )
                 .into_boxed_str(),
                 event_time: now,
-                note: ev.note.map(Into::into),
+                // The last guard: no URL credentials in an Event, whatever built the note.
+                note: ev.note.map(|n| redact_text(n).into()),
                 count: 1,
                 last_observed: now,
             },

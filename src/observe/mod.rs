@@ -1,5 +1,6 @@
 //! Observation (I/O): the target through `/scale`, its pods, and the fleet metrics.
 
+pub mod access;
 pub mod owners;
 pub mod prometheus;
 pub mod promql;
@@ -8,16 +9,17 @@ pub mod target;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use backpressure_api::v1alpha1::QueryOverrides;
 
-use crate::observe::prometheus::{MetricsHub, PromAuth, QueryError};
+use crate::observe::prometheus::{MetricsHub, QueryError};
 use crate::observe::promql::{MetricKind, Sample};
-use backpressure_core::resolve::EffectiveMetrics;
+use backpressure_core::resolve::{EffectiveMetrics, FieldError};
 
 pub use backpressure_core::decide::FleetMetrics;
 
-/// Why metrics could not be read (as opposed to being unknown).
+/// Why metrics could not be read (as opposed to being unknown). Every message is safe for
+/// status and events: addresses appear without credentials, and nothing tells whether an
+/// address that was not allowed answers.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
     /// No Prometheus address in the object, its policies or the operator's flags.
@@ -25,64 +27,72 @@ pub enum MetricsError {
         "no Prometheus address: set spec.metrics.prometheus.address or the operator's --prometheus-url"
     )]
     NoAddress,
+    /// The address is not on the allowlist: nothing was fetched.
+    #[error(
+        "{field}: {address} is not an allowed Prometheus address (allowed are the operator's \
+         --prometheus-url and --allowed-prometheus-address, and a BackpressurePolicy's \
+         metricsAccess.prometheusAddresses); nothing was fetched from it"
+    )]
+    AddressNotAllowed {
+        /// The field that names the address.
+        field: &'static str,
+        /// The address, without credentials.
+        address: String,
+    },
+    /// The Secret does not consent to being sent to the address.
+    #[error(
+        "spec.metrics.prometheus.secretRef: Secret {secret} is not sent to {address}: the Secret \
+         does not list it in its annotation {annotation}, and the platform does not trust it with \
+         credentials; no credentials were sent and nothing was fetched",
+        annotation = backpressure_api::v1alpha1::PROMETHEUS_ADDRESSES_ANNOTATION
+    )]
+    SecretNotAllowed {
+        /// The Secret's name.
+        secret: String,
+        /// The address, without credentials.
+        address: String,
+    },
     /// The auth Secret could not be read.
     #[error("reading Prometheus credentials from Secret {0}: {1}")]
     Secret(String, String),
+    /// The operator's credentials file could not be read.
+    #[error("reading the operator's Prometheus credentials file {0}: {1}")]
+    CredentialsFile(String, std::io::ErrorKind),
+    /// Queries in the spec that cannot be run (each names its field).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Rejected(Vec<FieldError>),
     /// A query failed.
     #[error(transparent)]
     Query(#[from] QueryError),
 }
 
-/// Reads the auth Secret named by `secretRef` (keys `token`, or `username` and `password`).
-pub async fn prometheus_auth(
-    client: &kube::Client,
-    namespace: &str,
-    metrics: &EffectiveMetrics,
-) -> Result<PromAuth, MetricsError> {
-    let Some(secret_ref) = &metrics.secret_ref else {
-        return Ok(PromAuth::None);
-    };
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = api
-        .get(&secret_ref.name)
-        .await
-        .map_err(|e| MetricsError::Secret(secret_ref.name.clone(), e.to_string()))?;
-    let data = secret.data.unwrap_or_default();
-    let get = |k: &str| {
-        data.get(k)
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_owned())
-    };
-    if let Some(token) = get("token") {
-        return Ok(PromAuth::Bearer(token));
-    }
-    match (get("username"), get("password")) {
-        (Some(username), Some(password)) => Ok(PromAuth::Basic { username, password }),
-        _ => Err(MetricsError::Secret(
-            secret_ref.name.clone(),
-            "expected key `token`, or keys `username` and `password`".into(),
-        )),
-    }
-}
-
-/// Reads the fleet metrics of `namespace`/`metrics.workload` from the shared hub at `now_unix`.
+/// Reads the fleet metrics of `namespace`/`metrics.workload` from the shared hub at `now_unix`,
+/// with `queries` (the overrides as [`backpressure_core::tenancy::scoped_queries`] left them).
 /// A failed query fails the whole read (the fallback applies); NaN, missing and stale values
 /// are `None`.
 pub async fn read_fleet(
     hub: &MetricsHub,
-    address: &str,
-    auth: &PromAuth,
+    target: &access::Target,
     namespace: &str,
     metrics: &EffectiveMetrics,
+    queries: &QueryOverrides,
     now_unix: f64,
     max_age: Duration,
 ) -> Result<FleetMetrics, MetricsError> {
     let key = (namespace.to_owned(), metrics.workload.clone());
     let mut out = FleetMetrics::default();
     let queries = MetricKind::ALL.map(|kind| {
-        let q = kind.query(Some(&metrics.queries), metrics.rate_window);
+        let q = kind.query(Some(queries), metrics.rate_window);
         async move {
             let r: Result<Arc<_>, QueryError> = hub
-                .get(kind, address, auth, &q, metrics.timeout, max_age)
+                .get(
+                    kind,
+                    &target.address,
+                    &target.auth,
+                    &q,
+                    metrics.timeout,
+                    max_age,
+                )
                 .await;
             (kind, r)
         }

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use backpressure_core::tenancy::address::{redact, redact_text};
+
 use crate::observe::promql::{BatchResult, MetricKind, fold_series};
 
 /// `(namespace, workload)` pairs whose value changed in a fresh answer.
@@ -111,7 +113,10 @@ impl MetricsHub {
     /// A hub whose HTTP client has `connect_timeout`; every query it runs is recorded in
     /// `recorder`.
     pub fn new(recorder: Arc<dyn QueryRecorder>) -> Result<Self, reqwest::Error> {
+        // No redirects: an allowed address must not hand the query (and its credentials) on
+        // to one that is not; Prometheus does not redirect its query API.
         let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(3))
             .pool_idle_timeout(Duration::from_secs(90))
             .build()?;
@@ -184,16 +189,17 @@ impl MetricsHub {
         query: &str,
         timeout: Duration,
     ) -> Result<BatchResult, QueryError> {
+        // HTTP client errors quote the URL: credentials are taken out of every message.
         let err = |reason: String| QueryError::Query {
             kind: kind.as_str(),
-            address: address.to_owned(),
-            reason,
+            address: redact(address),
+            reason: redact_text(&reason),
         };
         let client =
             prometheus_http_query::Client::from(self.http.clone(), address).map_err(|e| {
                 QueryError::Address {
-                    address: address.to_owned(),
-                    reason: e.to_string(),
+                    address: redact(address),
+                    reason: redact_text(&e.to_string()),
                 }
             })?;
         let mut req = client.query(query).timeout(timeout.as_millis() as i64);

@@ -13,6 +13,7 @@ use kube::runtime::reflector::Store;
 use crate::act::events::Recorder;
 use crate::act::push::{Pusher, TokenSource};
 use crate::metrics::Metrics;
+use crate::observe::access::PrometheusAccess;
 use crate::observe::owners::OwnersIndex;
 use crate::observe::prometheus::MetricsHub;
 use crate::observe::target::KindCache;
@@ -20,8 +21,9 @@ use crate::observe::target::KindCache;
 /// Settings the reconciler needs from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Prometheus for objects that name none.
-    pub default_prometheus: Option<String>,
+    /// The operator's Prometheus (for objects that name none), its credentials and the
+    /// addresses objects may name.
+    pub prometheus: Arc<PrometheusAccess>,
     /// Interval between reconciles of one object.
     pub requeue_interval: Duration,
 }

@@ -46,9 +46,10 @@ use crate::annotations;
 use crate::errors;
 use crate::observe::owners::Ownership;
 use crate::observe::target::{self, PodInfo, TargetError, TargetState};
-use crate::observe::{self, FleetMetrics, MetricsError};
+use crate::observe::{self, FleetMetrics, MetricsError, access};
 use backpressure_core::decide::{self, Observation};
 use backpressure_core::resolve::{self, Effective, PolicyInput, ResolveError};
+use backpressure_core::tenancy::{self, address::redact_text};
 
 pub use context::{Context, Settings};
 pub use guard::guard_step;
@@ -212,9 +213,6 @@ pub fn resolve_step(
         })
         .collect();
     let mut effective = resolve::resolve(&wbp.spec, &inputs, now)?;
-    if effective.metrics.address.is_none() {
-        effective.metrics.address = ctx.settings.default_prometheus.clone();
-    }
     let manual = annotations::read(wbp.metadata.annotations.as_ref(), now);
     effective.manual_hold_until = manual.hold_until;
     if manual.dry_run && !effective.dry_run {
@@ -243,22 +241,21 @@ pub async fn observe_step(ctx: &Context, ns: &str, eff: &Effective, now: Timesta
         Err(_) => Vec::new(),
     };
     let fleet = async {
-        let address = eff
-            .metrics
-            .address
-            .as_deref()
-            .ok_or(MetricsError::NoAddress)?;
-        let auth = observe::prometheus_auth(&ctx.client, ns, &eff.metrics).await?;
+        // The tenant's queries scoped to its namespace, then the address and the credentials
+        // checked: a query or an address that is refused fetches nothing.
+        let queries = tenancy::scoped_queries(&eff.metrics, ns).map_err(MetricsError::Rejected)?;
+        let prometheus =
+            access::target(&ctx.client, ns, &eff.metrics, &ctx.settings.prometheus).await?;
         // One fetch per query per interval, however many objects read it (the batch); the
         // objects whose values a fetch changes are reconciled at once (the hub's announcements).
         let max_age = ctx.settings.requeue_interval;
         let now_unix = now.as_millisecond() as f64 / 1000.0;
         observe::read_fleet(
             &ctx.hub,
-            address,
-            &auth,
+            &prometheus,
             ns,
             &eff.metrics,
+            &queries,
             now_unix,
             max_age,
         )
@@ -363,7 +360,12 @@ fn decide_step(
         current_replicas: target.spec_replicas,
         ready_pods: observed.pods.iter().filter(|p| p.ready).count() as i32,
         fleet: observed.fleet.as_ref().cloned().unwrap_or_default(),
-        metrics_error: observed.fleet.as_ref().err().map(ToString::to_string),
+        // Messages are built without credentials; this is the last guard before status.
+        metrics_error: observed
+            .fleet
+            .as_ref()
+            .err()
+            .map(|e| redact_text(&e.to_string())),
         config: Some(config),
     };
     let decision = decide::decide(eff, wbp.status.as_ref(), &observation);

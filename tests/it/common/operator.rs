@@ -105,6 +105,11 @@ pub fn render_chart(templates: &[&str]) -> Vec<DynamicObject> {
         .collect()
 }
 
+/// The Prometheus addresses every test operator allows besides its `--prometheus-url`: the
+/// tests' own Prometheus servers, fakes and proxies listen on 127.0.0.1 with random ports. An
+/// address the tests want refused listens elsewhere (127.0.0.2).
+pub const ALLOWED_IN_TESTS: &str = "--allowed-prometheus-address=http://127.0.0.1:*";
+
 /// A running operator process.
 #[derive(Debug)]
 pub struct Operator {
@@ -128,6 +133,7 @@ impl Operator {
             format!("--namespace={OPERATOR_NAMESPACE}"),
             format!("--service-account={OPERATOR_SA}"),
             "--log-level=debug".into(),
+            ALLOWED_IN_TESTS.into(),
         ];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = env

@@ -68,6 +68,50 @@ pub struct BackpressurePolicySpec {
     /// Emergency brake: a minimum backoff pushed to every matched worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brake: Option<Brake>,
+
+    /// What the matched objects may reach through `spec.metrics`, beyond their own namespace's
+    /// series on the operator's allowed Prometheus addresses. Grants of all matching policies
+    /// add up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_access: Option<MetricsAccess>,
+}
+
+/// Grants to the matched namespaces' objects (platform decisions; a WorkerBackpressure cannot
+/// make them).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsAccess {
+    /// Run the matched objects' own `spec.metrics.queries` as written, without restricting
+    /// every selector to the object's namespace: they may then read any namespace's series.
+    /// Defaults to false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_cross_namespace_queries: Option<bool>,
+
+    /// Prometheus addresses the matched objects may name in `spec.metrics.prometheus.address`,
+    /// matched on scheme, host and port (path and credentials do not count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["address".into()]))]
+    pub prometheus_addresses: Option<Vec<AllowedPrometheus>>,
+}
+
+/// One Prometheus the matched objects may query.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedPrometheus {
+    /// Base URL, for example `https://thanos.monitoring:9090`.
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message("address must be an http:// or https:// URL"))]
+    pub address: String,
+    /// Send the Secret an object names in `spec.metrics.prometheus.secretRef` to this address
+    /// even when the Secret does not list it in its `backpressure.dev/prometheus-addresses`
+    /// annotation. Only for a Prometheus the platform runs: any Secret with a `token` or
+    /// `username`/`password` key in a matched namespace can then be sent there. Defaults to
+    /// false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<bool>,
 }
 
 /// Defaults a policy supplies.

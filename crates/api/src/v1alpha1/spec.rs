@@ -260,8 +260,13 @@ pub struct MetricsSpec {
     pub workload: Option<String>,
 
     /// PromQL overrides, one per metric kind. Each query must return one series per workload
-    /// labelled `namespace` and `workload`, for all workloads at once: the operator runs each
-    /// distinct query once per interval and picks this object's series by those labels.
+    /// labelled `namespace` and `workload`: the operator runs each distinct query once per
+    /// interval and picks this object's series by those labels. A query written here reads this
+    /// namespace only: every selector in it gets `namespace="<this namespace>"` (replacing any
+    /// `namespace` matcher written), unless a BackpressurePolicy selecting this namespace sets
+    /// `metricsAccess.allowCrossNamespaceQueries`. A query that does not parse, or reads no
+    /// series at all (`vector(1)`), makes the metrics unavailable, with the field named in the
+    /// MetricsAvailable condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queries: Option<QueryOverrides>,
 
@@ -280,7 +285,11 @@ pub struct MetricsSpec {
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusSpec {
     /// Base URL of the Prometheus HTTP API, for example `http://prometheus.monitoring:9090`.
-    /// Defaults to the operator's `--prometheus-url`.
+    /// Defaults to the operator's `--prometheus-url`. Another address is queried only if its
+    /// scheme, host and port are allowed: by the operator's `--allowed-prometheus-address` or by
+    /// a BackpressurePolicy's `metricsAccess.prometheusAddresses` that selects this namespace;
+    /// otherwise the MetricsAvailable condition names this field and nothing is fetched.
+    /// Credentials in the URL are never shown in status or events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048))]
     #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message("address must be an http:// or https:// URL"))]
@@ -289,10 +298,19 @@ pub struct PrometheusSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
     /// A Secret in the object's namespace holding a bearer token (key `token`) or basic-auth
-    /// credentials (keys `username` and `password`).
+    /// credentials (keys `username` and `password`). The operator sends it only to an address
+    /// the Secret itself lists in its annotation `backpressure.dev/prometheus-addresses`
+    /// (comma- or space-separated URLs, matched on scheme, host and port), or to one the
+    /// platform trusts with credentials (`--allowed-prometheus-address`, `--prometheus-url`, or
+    /// a policy's `metricsAccess.prometheusAddresses` entry with `credentials: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
 }
+
+/// The annotation by which a Secret consents to being sent to Prometheus addresses: a comma-
+/// or space-separated list of URLs, matched on scheme, host and port. Whoever may annotate the
+/// Secret (its owner, not whoever may create a WorkerBackpressure) decides where it may go.
+pub const PROMETHEUS_ADDRESSES_ANNOTATION: &str = "backpressure.dev/prometheus-addresses";
 
 /// A reference to a Secret in the same namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]

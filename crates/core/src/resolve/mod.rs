@@ -198,18 +198,60 @@ pub struct EffectiveWorker {
 pub struct EffectiveMetrics {
     /// Prometheus base URL; `None` means the operator's `--prometheus-url`.
     pub address: Option<String>,
+    /// `address` comes from a policy's defaults (platform input), not from the object.
+    pub address_from_policy: bool,
     /// Query timeout.
     pub timeout: Duration,
     /// Credentials for Prometheus.
     pub secret_ref: Option<SecretRef>,
+    /// `secret_ref` comes from a policy's defaults (platform input), not from the object.
+    pub secret_ref_from_policy: bool,
     /// Value of the `workload` label (defaults to the target's name).
     pub workload: String,
-    /// PromQL overrides, merged field by field.
+    /// PromQL overrides, merged field by field, as written (see
+    /// [`crate::tenancy::scoped_queries`] for what is run).
     pub queries: QueryOverrides,
+    /// Where each override in `queries` came from, by its field name in `spec.metrics.queries`
+    /// (`queueAge`).
+    pub query_sources: BTreeMap<&'static str, QuerySource>,
+    /// What the matching policies grant through `metricsAccess`.
+    pub access: MetricsAccess,
     /// `rate()` window of the default queries.
     pub rate_window: Duration,
     /// Samples older than this are unknown.
     pub stale_after: Duration,
+}
+
+/// Where a PromQL override came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuerySource {
+    /// The field: `spec.metrics.queries.queueAge`, or `BackpressurePolicy NAME:
+    /// spec.defaults.metrics.queries.queueAge`.
+    pub field: String,
+    /// Written in the object (tenant input), not in a policy (platform input).
+    pub tenant: bool,
+}
+
+/// What the matching policies grant through `spec.metricsAccess`; the grants of all policies
+/// add up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsAccess {
+    /// The first policy (in precedence order) that lets the object's own queries read other
+    /// namespaces, if any.
+    pub cross_namespace_by: Option<String>,
+    /// Prometheus addresses the object may name, from every matching policy.
+    pub prometheus_addresses: Vec<PolicyAddress>,
+}
+
+/// A Prometheus address a policy allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyAddress {
+    /// The address as the policy writes it (matched on its origin).
+    pub address: String,
+    /// Credentials from `secretRef` may be sent there without the Secret's own consent.
+    pub credentials: bool,
+    /// The policy.
+    pub policy: String,
 }
 
 /// Resolved `spec.scaling`.
@@ -348,7 +390,7 @@ pub fn resolve(
     let mut r = Resolver::new(spec, &policies);
 
     let worker = sections::worker(&mut r);
-    let metrics = sections::metrics(&mut r, spec);
+    let metrics = sections::metrics(&mut r, spec, &policies);
     let scaling = sections::scaling(&mut r);
     let mode = r.value("mode", |l| l.mode, Mode::Active);
     let mut eff = Effective {

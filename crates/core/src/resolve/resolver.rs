@@ -9,7 +9,7 @@ use backpressure_api::v1alpha1::{
     MetricsSpec, Mode, QueryOverrides, ScalingSpec, WorkerBackpressureSpec, WorkerSpec,
 };
 
-use super::{FieldError, PolicyInput};
+use super::{FieldError, PolicyInput, QuerySource};
 
 /// Where a layer's values come from.
 #[derive(Debug, Clone, Copy)]
@@ -22,7 +22,7 @@ impl Source<'_> {
     pub(super) fn field(self, path: &str) -> String {
         match self {
             Source::Object => format!("spec.{path}"),
-            Source::Policy(name) => format!("BackpressurePolicy {name}: spec.defaults.{path}"),
+            Source::Policy(name) => format!("{POLICY_PREFIX}{name}: spec.defaults.{path}"),
         }
     }
 }
@@ -43,6 +43,16 @@ pub(super) struct Picked<T> {
     pub(super) value: T,
     pub(super) from: String,
 }
+
+impl<T> Picked<T> {
+    /// Whether the value comes from a policy's defaults (platform input), as [`Source::field`]
+    /// names it.
+    pub(super) fn is_from_policy(&self) -> bool {
+        self.from.starts_with(POLICY_PREFIX)
+    }
+}
+
+const POLICY_PREFIX: &str = "BackpressurePolicy ";
 
 /// Picks values through the layers and collects the errors found.
 pub(super) struct Resolver<'a> {
@@ -130,23 +140,23 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    /// A PromQL override: the first layer with a non-blank query, else none (the default
-    /// query of the wire contract).
+    /// A PromQL override: the first layer with a non-blank query and where it came from, else
+    /// none (the default query of the wire contract).
     pub(super) fn query(
         &self,
         path: &str,
         get: fn(&QueryOverrides) -> Option<&String>,
-    ) -> Option<String> {
-        let picked = self.value(
-            path,
-            |l| {
-                get(l.metrics?.queries.as_ref()?)
-                    .filter(|q| !q.trim().is_empty())
-                    .cloned()
-            },
-            String::new(),
-        );
-        Some(picked.value).filter(|q| !q.is_empty())
+    ) -> Option<(String, QuerySource)> {
+        self.layers.iter().find_map(|l| {
+            let q = get(l.metrics?.queries.as_ref()?).filter(|q| !q.trim().is_empty())?;
+            Some((
+                q.clone(),
+                QuerySource {
+                    field: l.source.field(path),
+                    tenant: matches!(l.source, Source::Object),
+                },
+            ))
+        })
     }
 
     pub(super) fn error(&mut self, field: &str, message: String) {

@@ -1,6 +1,8 @@
 //! The sections of [`resolve`](super::resolve), in the order it calls them: each picks its
 //! fields through the [`Resolver`] and checks them, so that every invalid field is reported.
 
+use std::collections::BTreeMap;
+
 use backpressure_api::defaults as d;
 use backpressure_api::v1alpha1::{
     Algorithm, FallbackPolicy, Mode, QueryOverrides, WorkerBackpressureSpec,
@@ -11,8 +13,8 @@ use super::limits::check_stages;
 use super::resolver::Resolver;
 use super::{
     Effective, EffectiveBrake, EffectiveHold, EffectiveMetrics, EffectiveRampUp, EffectiveRelease,
-    EffectiveScaleDown, EffectiveScaleUp, EffectiveScaling, EffectiveWorker, Fallback, PolicyInput,
-    brake_active,
+    EffectiveScaleDown, EffectiveScaleUp, EffectiveScaling, EffectiveWorker, Fallback,
+    MetricsAccess, PolicyAddress, PolicyInput, brake_active,
 };
 
 /// `spec.worker`: the controller configuration pushed to the pods.
@@ -82,7 +84,11 @@ pub(super) fn worker(r: &mut Resolver<'_>) -> EffectiveWorker {
 
 /// `spec.metrics`: where and how the fleet metrics are queried (the `workload` label defaults
 /// to the target's name).
-pub(super) fn metrics(r: &mut Resolver<'_>, spec: &WorkerBackpressureSpec) -> EffectiveMetrics {
+pub(super) fn metrics(
+    r: &mut Resolver<'_>,
+    spec: &WorkerBackpressureSpec,
+    policies: &[PolicyInput<'_>],
+) -> EffectiveMetrics {
     let address = r.value(
         "metrics.prometheus.address",
         |l| l.metrics?.prometheus.as_ref()?.address.clone(),
@@ -103,15 +109,19 @@ pub(super) fn metrics(r: &mut Resolver<'_>, spec: &WorkerBackpressureSpec) -> Ef
         |l| l.metrics?.workload.clone(),
         spec.target_ref.name.clone(),
     );
+    let mut query_sources = BTreeMap::new();
+    let mut pick = |kind: &'static str, get: fn(&QueryOverrides) -> Option<&String>| {
+        let (text, source) = r.query(&format!("metrics.queries.{kind}"), get)?;
+        query_sources.insert(kind, source);
+        Some(text)
+    };
     let queries = QueryOverrides {
-        backoff: r.query("metrics.queries.backoff", |q| q.backoff.as_ref()),
-        failure_rate: r.query("metrics.queries.failureRate", |q| q.failure_rate.as_ref()),
-        queue_age: r.query("metrics.queries.queueAge", |q| q.queue_age.as_ref()),
-        queue_depth: r.query("metrics.queries.queueDepth", |q| q.queue_depth.as_ref()),
-        arrival_rate: r.query("metrics.queries.arrivalRate", |q| q.arrival_rate.as_ref()),
-        completion_rate: r.query("metrics.queries.completionRate", |q| {
-            q.completion_rate.as_ref()
-        }),
+        backoff: pick("backoff", |q| q.backoff.as_ref()),
+        failure_rate: pick("failureRate", |q| q.failure_rate.as_ref()),
+        queue_age: pick("queueAge", |q| q.queue_age.as_ref()),
+        queue_depth: pick("queueDepth", |q| q.queue_depth.as_ref()),
+        arrival_rate: pick("arrivalRate", |q| q.arrival_rate.as_ref()),
+        completion_rate: pick("completionRate", |q| q.completion_rate.as_ref()),
     };
     let rate_window = r.duration(
         "metrics.rateWindow",
@@ -129,14 +139,40 @@ pub(super) fn metrics(r: &mut Resolver<'_>, spec: &WorkerBackpressureSpec) -> Ef
         }
     }
     EffectiveMetrics {
+        address_from_policy: address.is_from_policy(),
+        secret_ref_from_policy: secret_ref.is_from_policy(),
         address: Some(address.value).filter(|a| !a.is_empty()),
         timeout: timeout.value,
         secret_ref: secret_ref.value,
         workload: workload.value,
         queries,
+        query_sources,
+        access: access(policies),
         rate_window: rate_window.value,
         stale_after: stale_after.value,
     }
+}
+
+/// What the matching `policies` (in precedence order) grant through `metricsAccess`: the
+/// grants add up; the first policy that allows cross-namespace queries is named.
+fn access(policies: &[PolicyInput<'_>]) -> MetricsAccess {
+    let mut out = MetricsAccess::default();
+    for p in policies {
+        let Some(a) = &p.spec.metrics_access else {
+            continue;
+        };
+        if a.allow_cross_namespace_queries == Some(true) && out.cross_namespace_by.is_none() {
+            out.cross_namespace_by = Some(p.name.to_owned());
+        }
+        for entry in a.prometheus_addresses.iter().flatten() {
+            out.prometheus_addresses.push(PolicyAddress {
+                address: entry.address.clone(),
+                credentials: entry.credentials == Some(true),
+                policy: p.name.to_owned(),
+            });
+        }
+    }
+    out
 }
 
 /// `spec.scaling`: bounds, hold, release, step limits, ramp and the metrics fallback, with the

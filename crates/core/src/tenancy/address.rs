@@ -58,14 +58,29 @@ impl Origin {
 }
 
 /// Whether `address` has the origin of one of `allowed` (entries that do not parse allow
-/// nothing).
+/// nothing). An entry whose port is `*` (`http://127.0.0.1:*`) allows every port of its scheme
+/// and host: for development machines and tests, where each Prometheus has a random port.
 pub fn is_allowed<'a>(address: &str, allowed: impl IntoIterator<Item = &'a str>) -> bool {
     let Ok(origin) = Origin::parse(address) else {
         return false;
     };
-    allowed
-        .into_iter()
-        .any(|a| Origin::parse(a).is_ok_and(|o| o == origin))
+    allowed.into_iter().any(|entry| match any_port(entry) {
+        Some(host) => {
+            Origin::parse(&host).is_ok_and(|o| o.scheme == origin.scheme && o.host == origin.host)
+        }
+        None => Origin::parse(entry).is_ok_and(|o| o == origin),
+    })
+}
+
+/// `entry` without its port if the port is `*` (`scheme://host:*[/...]`), else none.
+fn any_port(entry: &str) -> Option<String> {
+    let entry = entry.trim();
+    let (scheme, rest) = entry.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let host = authority.strip_suffix(":*")?;
+    // Credentials in an allowlist entry make no sense; refuse rather than guess.
+    (!host.contains('@')).then(|| format!("{scheme}://{host}{tail}"))
 }
 
 /// What [`redact`] shows for an address that does not parse (it may hold credentials in a form
@@ -158,6 +173,24 @@ mod tests {
         assert!(!is_allowed("http://[::1]:9090", allowed));
         assert!(is_allowed("http://x", ["not a url", "http://x:80"]));
         assert!(!is_allowed("http://x", ["not a url"]));
+    }
+
+    #[test]
+    fn a_star_port_allows_every_port_of_one_host() {
+        let allowed = ["http://127.0.0.1:*"];
+        assert!(is_allowed("http://127.0.0.1:41234", allowed));
+        assert!(is_allowed("http://127.0.0.1", allowed));
+        for bad in [
+            "https://127.0.0.1:41234",
+            "http://127.0.0.2:41234",
+            "http://localhost:41234",
+            "http://127.0.0.1.evil.example:41234",
+            "http://127.0.0.1:1@evil.example:41234",
+        ] {
+            assert!(!is_allowed(bad, allowed), "{bad}");
+        }
+        assert!(!is_allowed("http://evil", ["http://u@evil:*"]));
+        assert!(!is_allowed("http://evil", ["http://*:*"]));
     }
 
     #[test]

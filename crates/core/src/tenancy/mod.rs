@@ -1,7 +1,182 @@
 //! What a tenant may reach through `spec.metrics`: its queries scoped to its own namespace
-//! ([`query`]) and the Prometheus addresses it may name, matched on their origin, with
-//! credentials never shown ([`address`]). Pure functions; the operator applies them before any
-//! query leaves.
+//! ([`query`], [`scoped_queries`]) and the Prometheus addresses it may name, matched on their
+//! origin, with credentials never shown ([`address`]). Pure functions; the operator applies them
+//! before any query leaves.
 
 pub mod address;
 pub mod query;
+
+use backpressure_api::v1alpha1::QueryOverrides;
+
+use crate::resolve::{EffectiveMetrics, FieldError};
+
+/// The queries to run for an object in `namespace` whose resolved metrics are `metrics`:
+///
+/// - an override the object wrote itself (tenant input) is rewritten by
+///   [`query::scope_to_namespace`], unless a matching policy allows cross-namespace queries
+///   (then it runs as written);
+/// - an override from a policy's `defaults` is platform input and runs as written, like the
+///   built-in default queries: it may read every namespace, and the object still picks only
+///   the series labelled with its own namespace and workload.
+///
+/// Every override that cannot be scoped is an error naming its field; one is enough for the
+/// object's metrics to be unavailable (nothing is read for it).
+pub fn scoped_queries(
+    metrics: &EffectiveMetrics,
+    namespace: &str,
+) -> Result<QueryOverrides, Vec<FieldError>> {
+    let mut out = metrics.queries.clone();
+    let mut errors = Vec::new();
+    if metrics.access.cross_namespace_by.is_some() {
+        return Ok(out);
+    }
+    for (kind, source) in &metrics.query_sources {
+        if !source.tenant {
+            continue;
+        }
+        let Some(slot) = query_slot(&mut out, kind) else {
+            continue;
+        };
+        let Some(text) = slot.as_deref() else {
+            continue;
+        };
+        match query::scope_to_namespace(text, namespace) {
+            Ok(scoped) => *slot = Some(scoped),
+            Err(e) => {
+                *slot = None;
+                errors.push(FieldError {
+                    field: source.field.clone(),
+                    message: format!("rejected: {e}"),
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
+}
+
+/// The override of `kind` (its field name in `spec.metrics.queries`).
+fn query_slot<'a>(q: &'a mut QueryOverrides, kind: &str) -> Option<&'a mut Option<String>> {
+    Some(match kind {
+        "backoff" => &mut q.backoff,
+        "failureRate" => &mut q.failure_rate,
+        "queueAge" => &mut q.queue_age,
+        "queueDepth" => &mut q.queue_depth,
+        "arrivalRate" => &mut q.arrival_rate,
+        "completionRate" => &mut q.completion_rate,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::{PolicyInput, resolve};
+    use backpressure_api::v1alpha1::{
+        BackpressurePolicySpec, MetricsAccess, MetricsSpec, PolicyDefaults, TargetRef,
+        WorkerBackpressureSpec,
+    };
+    use k8s_openapi::jiff::Timestamp;
+
+    fn spec(queries: QueryOverrides) -> WorkerBackpressureSpec {
+        WorkerBackpressureSpec {
+            target_ref: TargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "w".into(),
+            },
+            metrics: Some(MetricsSpec {
+                queries: Some(queries),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_objects_queries_are_scoped_the_policies_run_as_written() {
+        let policy = BackpressurePolicySpec {
+            defaults: Some(PolicyDefaults {
+                metrics: Some(MetricsSpec {
+                    queries: Some(QueryOverrides {
+                        backoff: Some("avg by (namespace, workload) (b)".into()),
+                        queue_age: Some("ignored, the object has its own".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let s = spec(QueryOverrides {
+            queue_age: Some(r#"max by (namespace, workload) (age{namespace="b"})"#.into()),
+            ..Default::default()
+        });
+        let policies = [PolicyInput {
+            name: "p",
+            spec: &policy,
+        }];
+        let eff = resolve(&s, &policies, Timestamp::UNIX_EPOCH).unwrap();
+        let q = scoped_queries(&eff.metrics, "a").unwrap();
+        assert_eq!(
+            q.queue_age.as_deref(),
+            Some(r#"max by (namespace, workload) ({__name__="age",namespace="a"})"#)
+        );
+        assert_eq!(
+            q.backoff.as_deref(),
+            Some("avg by (namespace, workload) (b)")
+        );
+        assert_eq!(q.failure_rate, None);
+
+        // A policy that allows cross-namespace queries: the object's run as written.
+        let open = BackpressurePolicySpec {
+            metrics_access: Some(MetricsAccess {
+                allow_cross_namespace_queries: Some(true),
+                prometheus_addresses: None,
+            }),
+            ..Default::default()
+        };
+        let policies = [PolicyInput {
+            name: "open",
+            spec: &open,
+        }];
+        let eff = resolve(&s, &policies, Timestamp::UNIX_EPOCH).unwrap();
+        assert_eq!(
+            eff.metrics.access.cross_namespace_by.as_deref(),
+            Some("open")
+        );
+        assert_eq!(
+            scoped_queries(&eff.metrics, "a").unwrap(),
+            s.metrics.unwrap().queries.unwrap()
+        );
+    }
+
+    #[test]
+    fn every_rejected_query_is_named() {
+        let s = spec(QueryOverrides {
+            queue_age: Some("vector(100)".into()),
+            queue_depth: Some("sum(".into()),
+            backoff: Some("b".into()),
+            ..Default::default()
+        });
+        let eff = resolve(&s, &[], Timestamp::UNIX_EPOCH).unwrap();
+        let errors = scoped_queries(&eff.metrics, "a").unwrap_err();
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.metrics.queries.queueAge",
+                "spec.metrics.queries.queueDepth"
+            ]
+        );
+        assert!(
+            errors[0].to_string().contains("reads no series"),
+            "{}",
+            errors[0]
+        );
+    }
+}
