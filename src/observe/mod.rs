@@ -53,7 +53,9 @@ pub enum MetricsError {
         address: String,
     },
     /// The auth Secret could not be read.
-    #[error("reading Prometheus credentials from Secret {0}: {1}")]
+    #[error(
+        "spec.metrics.prometheus.secretRef: reading Prometheus credentials from Secret {0}: {1}"
+    )]
     Secret(String, String),
     /// The operator's credentials file could not be read.
     #[error("reading the operator's Prometheus credentials file {0}: {1}")]
