@@ -341,10 +341,12 @@ async fn a_tenant_query_cannot_read_another_namespace() {
 async fn a_prometheus_address_outside_the_allowlist_is_never_fetched() {
     let _serial = serial().await;
     let mut w = World::builder("ssrf").start().await;
-    w.scene.deployment("v", 1).await;
+    let (listening, closed) = ("ssrf-listening", "ssrf-closed");
+    w.scene.deployment(listening, 1).await;
+    w.scene.deployment(closed, 1).await;
     let tenant = Tenant::of(&w.scene).await;
     // Test operators allow 127.0.0.1 with any port; 127.0.0.2 is outside.
-    let listener = Listener::start("127.0.0.2", &[(&w.scene.ns, W)]);
+    let listener = Listener::start("127.0.0.2", &[(&w.scene.ns, listening)]);
     let closed_port = {
         let l = TcpListener::bind("127.0.0.2:0").unwrap();
         l.local_addr().unwrap().port()
@@ -352,23 +354,26 @@ async fn a_prometheus_address_outside_the_allowlist_is_never_fetched() {
     w.start_operator().await;
     let field = "spec.metrics.prometheus.address";
     tenant
-        .apply(W, spec(W, W, &listener.url(), json!({})))
+        .apply(
+            listening,
+            spec(listening, listening, &listener.url(), json!({})),
+        )
         .await
         .unwrap();
     tenant
         .apply(
-            "v",
+            closed,
             spec(
-                "v",
-                "v",
+                closed,
+                closed,
                 &format!("http://127.0.0.2:{closed_port}"),
                 json!({}),
             ),
         )
         .await
         .unwrap();
-    let open = refused(&w.scene, W, field).await;
-    let closed = refused(&w.scene, "v", field).await;
+    let open_message = refused(&w.scene, listening, field).await;
+    let closed_message = refused(&w.scene, closed, field).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         listener.connections(),
@@ -377,26 +382,24 @@ async fn a_prometheus_address_outside_the_allowlist_is_never_fetched() {
         listener.seen()
     );
 
-    // Same words for a listening and a closed address (and for w and v).
+    // Same words for a listening and a closed address.
     let port = listener.addr.port().to_string();
-    let same = |text: &str, port: &str, name: &str| {
-        text.replace(port, "PORT")
-            .replace(&format!(" {name}"), " NAME")
-    };
+    let same =
+        |text: &str, port: &str, name: &str| text.replace(port, "PORT").replace(name, "NAME");
     assert_eq!(
-        same(&open, &port, W),
-        same(&closed, &closed_port.to_string(), "v"),
+        same(&open_message, &port, listening),
+        same(&closed_message, &closed_port.to_string(), closed),
         "the condition tells a listening address from a closed one"
     );
-    let open_notes: BTreeSet<String> = notes_about(&w.scene, W)
+    let open_notes: BTreeSet<String> = notes_about(&w.scene, listening)
         .await
         .iter()
-        .map(|n| same(n, &port, W))
+        .map(|n| same(n, &port, listening))
         .collect();
-    let closed_notes: BTreeSet<String> = notes_about(&w.scene, "v")
+    let closed_notes: BTreeSet<String> = notes_about(&w.scene, closed)
         .await
         .iter()
-        .map(|n| same(n, &closed_port.to_string(), "v"))
+        .map(|n| same(n, &closed_port.to_string(), closed))
         .collect();
     assert!(!open_notes.is_empty());
     assert_eq!(
