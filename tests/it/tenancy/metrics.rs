@@ -113,11 +113,17 @@ impl Listener {
 
 /// The MetricsAvailable condition's message of `name`, once it is False and names `field`.
 async fn refused(scene: &Scene, name: &str, field: &str) -> String {
+    refused_while(scene, name, field, || ()).await
+}
+
+/// [`refused`], calling `check` (which panics on what must not happen) while it waits.
+async fn refused_while(scene: &Scene, name: &str, field: &str, check: impl Fn()) -> String {
     crate::common::scene::wait_for(
         Duration::from_secs(30),
         &format!("{name}: MetricsAvailable False naming {field}"),
         || async { format!("{:#?}", scene.status(name).await) },
         || async {
+            check();
             let s = scene.status(name).await;
             condition(&s, cond::METRICS_AVAILABLE)
                 .filter(|c| c.status == "False" && c.message.contains(field))
@@ -195,15 +201,19 @@ async fn secret_ref_sends_no_credentials_to_an_address_the_secret_does_not_name(
         )
         .await
         .unwrap();
-    let message = refused(&w.scene, W, "spec.metrics.prometheus.secretRef").await;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("db:{password}"));
+    let no_leak = || {
+        let seen = listener.seen();
+        assert!(
+            !seen.contains(token) && !seen.contains(&basic) && !seen.contains(password),
+            "the tenant's listener received the Secret's credentials:\n{seen}"
+        );
+    };
+    let message = refused_while(&w.scene, W, "spec.metrics.prometheus.secretRef", no_leak).await;
     // Several reconciles (one a second) later, still nothing.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let basic = base64::engine::general_purpose::STANDARD.encode(format!("db:{password}"));
+    no_leak();
     let seen = listener.seen();
-    assert!(
-        !seen.contains(token) && !seen.contains(&basic) && !seen.contains(password),
-        "the tenant's listener received the Secret's credentials:\n{seen}"
-    );
     assert_eq!(
         listener.connections(),
         0,
@@ -372,7 +382,15 @@ async fn a_prometheus_address_outside_the_allowlist_is_never_fetched() {
         )
         .await
         .unwrap();
-    let open_message = refused(&w.scene, listening, field).await;
+    let not_fetched = || {
+        assert_eq!(
+            listener.connections(),
+            0,
+            "the operator fetched a refused address:\n{}",
+            listener.seen()
+        );
+    };
+    let open_message = refused_while(&w.scene, listening, field, not_fetched).await;
     let closed_message = refused(&w.scene, closed, field).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
