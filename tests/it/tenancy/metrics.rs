@@ -311,9 +311,10 @@ async fn a_tenant_query_cannot_read_another_namespace() {
 
     let shows_b = |s: &WorkerBackpressureStatus| {
         s.fleet.as_ref().is_some_and(|f| {
-            f.queue_depth == Some(777_777.0)
-                || f.queue_age == Some(7777.0)
-                || f.backoff == Some(0.77)
+            // (status rounds to a few significant digits)
+            f.queue_depth.is_some_and(|d| d > 1000.0)
+                || f.queue_age.is_some_and(|a| a > 1000.0)
+                || f.backoff.is_some_and(|b| b > 0.5)
         })
     };
     // A's own values arrive (the scoped query runs)...
