@@ -45,10 +45,18 @@ pub enum DefaultAuth {
 }
 
 /// A credentials file, read again at most every 30 s.
-#[derive(Debug)]
 pub struct CredentialFile {
     path: PathBuf,
     cached: Mutex<Option<(Instant, String)>>,
+}
+
+impl std::fmt::Debug for CredentialFile {
+    // The path, never the content.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CredentialFile {
@@ -344,5 +352,34 @@ mod tests {
             None,
         );
         assert!(matches!(a.default_auth, DefaultAuth::BearerFile(_)));
+    }
+
+    #[tokio::test]
+    async fn credential_files_are_read_and_never_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "tok-secret\n").unwrap();
+        let basic = dir.path().join("auth");
+        std::fs::write(&basic, "me:pw-secret").unwrap();
+        let a = PrometheusAccess::new(Some("http://p:9090"), vec![], Some(token), None);
+        assert_eq!(
+            a.default_credentials().await.unwrap(),
+            PromAuth::Bearer("tok-secret".into())
+        );
+        assert!(!format!("{a:?}").contains("tok-secret"));
+        let a = PrometheusAccess::new(Some("http://p:9090"), vec![], None, Some(basic));
+        assert_eq!(
+            a.default_credentials().await.unwrap(),
+            PromAuth::Basic {
+                username: "me".into(),
+                password: "pw-secret".into()
+            }
+        );
+        assert!(!format!("{a:?}").contains("pw-secret"));
+        let missing = PrometheusAccess::new(None, vec![], Some(dir.path().join("nope")), None);
+        assert!(matches!(
+            missing.default_credentials().await,
+            Err(MetricsError::CredentialsFile(..))
+        ));
     }
 }
