@@ -184,6 +184,18 @@ fn kstatus_and_argocd_health_of_every_state_decide_produces() {
         "HorizontalPodAutoscaler w not found".into(),
         now,
     );
+    let mut configmap_taken = reconciled.clone();
+    for t in [cond::READY, cond::CONFIG_IN_SYNC] {
+        decide::set_condition(
+            &mut configmap_taken,
+            Some(&reconciled),
+            t,
+            false,
+            "ConfigMapNotOwned",
+            "ConfigMap w-worker-config exists and is not this object's".into(),
+            now,
+        );
+    }
     let mut no_conditions = WorkerBackpressureStatus {
         observed_generation: Some(1),
         ..Default::default()
@@ -270,6 +282,14 @@ fn kstatus_and_argocd_health_of_every_state_decide_produces() {
             kstatus: "Current",
             argocd: "Degraded",
             argocd_message: "GuardTargetNotFound: HorizontalPodAutoscaler w not found",
+        },
+        Case {
+            name: "the worker ConfigMap's name is taken by a ConfigMap the object does not own",
+            object: object(1, &spec, Some(&configmap_taken)),
+            // Only a person can resolve it (delete or rename one of the two).
+            kstatus: "InProgress",
+            argocd: "Degraded",
+            argocd_message: "ConfigMapNotOwned: ConfigMap w-worker-config",
         },
         Case {
             name: "suspended",

@@ -46,6 +46,40 @@ async fn a_tenant_cannot_make_the_operator_adopt_a_configmap_it_does_not_own() {
     tenant.apply("v", spec("v", "v", dead, json!({}))).await.unwrap();
 
     let diag = || async { crate::common::scene::tail(&op.log(), 40) };
+    // The operator has reconciled both: v's own ConfigMap exists and w has a status.
+    wait_for(
+        Duration::from_secs(30),
+        "v's own ConfigMap and w's status",
+        diag,
+        || async {
+            let v = cms.get_opt("v-worker-config").await.unwrap();
+            let w = scene.status("w").await;
+            (v.is_some() && w.conditions.is_some()).then_some(())
+        },
+    )
+    .await;
+    // Several reconciles later (1 s interval): the admin's ConfigMap is exactly as it was, and
+    // the operator never wrote to it (not even a failed create).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = cms.get("w-worker-config").await.unwrap();
+    assert_eq!(after.data, before.data);
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(after.metadata.owner_references, None);
+    assert_eq!(after.metadata.labels, before.metadata.labels);
+    let writes: Vec<_> = scene
+        .env
+        .audit_writes_by(&operator_user())
+        .into_iter()
+        .filter(|e| {
+            e["objectRef"]["namespace"] == scene.ns.as_str()
+                && e["objectRef"]["resource"] == "configmaps"
+                && e["objectRef"]["name"] == "w-worker-config"
+        })
+        .collect();
+    assert!(writes.is_empty(), "the operator wrote the admin's ConfigMap: {writes:?}");
     let status = wait_for(
         Duration::from_secs(30),
         "w reports ConfigInSync=False ConfigMapNotOwned",
@@ -71,13 +105,6 @@ async fn a_tenant_cannot_make_the_operator_adopt_a_configmap_it_does_not_own() {
             .contains("ConfigMap w-worker-config"),
         "{status:?}"
     );
-    wait_for(
-        Duration::from_secs(30),
-        "v's own ConfigMap",
-        diag,
-        || async { cms.get_opt("v-worker-config").await.unwrap() },
-    )
-    .await;
     let events = wait_for(
         Duration::from_secs(15),
         "a ConfigMapNotOwned Warning event about w",
@@ -98,28 +125,6 @@ async fn a_tenant_cannot_make_the_operator_adopt_a_configmap_it_does_not_own() {
         "{events:?}"
     );
 
-    // Several reconciles later (1 s interval): the admin's ConfigMap is exactly as it was, and
-    // the operator never wrote to it (not even a failed create).
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after = cms.get("w-worker-config").await.unwrap();
-    assert_eq!(after.data, before.data);
-    assert_eq!(
-        after.metadata.resource_version,
-        before.metadata.resource_version
-    );
-    assert_eq!(after.metadata.owner_references, None);
-    assert_eq!(after.metadata.labels, before.metadata.labels);
-    let writes: Vec<_> = scene
-        .env
-        .audit_writes_by(&operator_user())
-        .into_iter()
-        .filter(|e| {
-            e["objectRef"]["namespace"] == scene.ns.as_str()
-                && e["objectRef"]["resource"] == "configmaps"
-                && e["objectRef"]["name"] == "w-worker-config"
-        })
-        .collect();
-    assert!(writes.is_empty(), "the operator wrote the admin's ConfigMap: {writes:?}");
     // Reported, not retried as an error (no backoff storm).
     let metrics = op.scrape();
     let errors: Vec<&str> = metrics
