@@ -661,7 +661,9 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
         }
     }
 
-    // The owned ConfigMap: server-side applied by the operator, owner reference to the object.
+    // The owned ConfigMap: created by the operator (POST, so that an existing ConfigMap of
+    // that name is never taken over: operation Update) and server-side applied afterwards,
+    // owner reference to the object; no other manager.
     let cms: Api<ConfigMap> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     let cm = cms.get("w-worker-config").await.unwrap();
     let owner = &cm.metadata.owner_references.clone().unwrap()[0];
@@ -672,7 +674,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
         cm_mf
             .iter()
             .all(|e| e.manager.as_deref() == Some(FIELD_MANAGER)
-                && e.operation.as_deref() == Some("Apply")),
+                && matches!(e.operation.as_deref(), Some("Apply" | "Update"))),
         "{cm_mf:?}"
     );
 

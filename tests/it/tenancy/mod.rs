@@ -3,6 +3,7 @@
 //! acting as a [`Tenant`]; each fails when the protection it names is removed.
 
 mod deputy;
+mod rbac;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
