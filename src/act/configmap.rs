@@ -331,7 +331,12 @@ mod tests {
         );
 
         let mut not_controller = ours.clone();
-        for o in not_controller.metadata.owner_references.iter_mut().flatten() {
+        for o in not_controller
+            .metadata
+            .owner_references
+            .iter_mut()
+            .flatten()
+        {
             o.controller = Some(false);
         }
         assert!(!owned_by(&not_controller, &w));

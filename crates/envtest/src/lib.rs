@@ -402,7 +402,10 @@ impl TestEnv {
                 "--leader-elect=false".into(),
                 "--use-service-account-credentials=false".into(),
                 format!("--root-ca-file={}", self.pki.ca_file.display()),
-                format!("--service-account-private-key-file={}", self.pki.sa_key_file.display()),
+                format!(
+                    "--service-account-private-key-file={}",
+                    self.pki.sa_key_file.display()
+                ),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={port}"),
                 format!("--controllers={controllers}"),

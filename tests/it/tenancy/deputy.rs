@@ -42,8 +42,14 @@ async fn a_tenant_cannot_make_the_operator_adopt_a_configmap_it_does_not_own() {
     let tenant = Tenant::of(&scene).await;
     let op = Operator::start(scene.env, "http://127.0.0.1:1", &[]).await;
     let dead = "http://127.0.0.1:1";
-    tenant.apply("w", spec("w", "w", dead, json!({}))).await.unwrap();
-    tenant.apply("v", spec("v", "v", dead, json!({}))).await.unwrap();
+    tenant
+        .apply("w", spec("w", "w", dead, json!({})))
+        .await
+        .unwrap();
+    tenant
+        .apply("v", spec("v", "v", dead, json!({})))
+        .await
+        .unwrap();
 
     let diag = || async { crate::common::scene::tail(&op.log(), 40) };
     // The operator has reconciled both: v's own ConfigMap exists and w has a status.
@@ -79,7 +85,10 @@ async fn a_tenant_cannot_make_the_operator_adopt_a_configmap_it_does_not_own() {
                 && e["objectRef"]["name"] == "w-worker-config"
         })
         .collect();
-    assert!(writes.is_empty(), "the operator wrote the admin's ConfigMap: {writes:?}");
+    assert!(
+        writes.is_empty(),
+        "the operator wrote the admin's ConfigMap: {writes:?}"
+    );
     let status = wait_for(
         Duration::from_secs(30),
         "w reports ConfigInSync=False ConfigMapNotOwned",
@@ -158,13 +167,25 @@ async fn a_tenant_cannot_make_the_operator_adopt_a_configmap_it_does_not_own() {
         Duration::from_secs(60),
         "the garbage collector to delete v-worker-config",
         diag,
-        || async { cms.get_opt("v-worker-config").await.unwrap().is_none().then_some(()) },
+        || async {
+            cms.get_opt("v-worker-config")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
     )
     .await;
     let kept = cms.get("w-worker-config").await.unwrap();
     assert_eq!(
         kept.data,
-        Some(BTreeMap::from([("settings.yaml".into(), "keep: me\n".into())]))
+        Some(BTreeMap::from([(
+            "settings.yaml".into(),
+            "keep: me\n".into()
+        )]))
     );
-    assert_eq!(kept.metadata.resource_version, before.metadata.resource_version);
+    assert_eq!(
+        kept.metadata.resource_version,
+        before.metadata.resource_version
+    );
 }

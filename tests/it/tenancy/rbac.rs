@@ -201,7 +201,9 @@ async fn every_verb_the_operator_is_granted_is_one_it_uses() {
     );
     w.scene.apply("w", active.clone()).await;
     // Active on a StatefulSet (same fleet metrics).
-    w.scene.apply("s", spec_for("StatefulSet", "s", &prom)).await;
+    w.scene
+        .apply("s", spec_for("StatefulSet", "s", &prom))
+        .await;
     // Guard over the HPA and over the ScaledObject, held by hand (`kubectl wbp hold`).
     for (name, kind) in [("g", "HorizontalPodAutoscaler"), ("k", "ScaledObject")] {
         let mut g = spec(name, "w", &prom, json!({}));
@@ -322,10 +324,17 @@ async fn every_verb_the_operator_is_granted_is_one_it_uses() {
     let harness = rules_grants(&serde_json::to_value(&harness[0]).unwrap(), "clusterWide");
     let secrets = ("".to_owned(), "secrets".to_owned(), "get".to_owned());
     let extra: Vec<&Grant> = harness.difference(&granted).collect();
-    assert_eq!(extra, [&secrets], "rbac.secrets.clusterWide adds exactly Secret get");
+    assert_eq!(
+        extra,
+        [&secrets],
+        "rbac.secrets.clusterWide adds exactly Secret get"
+    );
     assert!(used.contains(&secrets), "the secretRef was not read");
     let stale: Vec<&Grant> = justified.iter().filter(|g| !granted.contains(*g)).collect();
-    assert!(stale.is_empty(), "JUSTIFIED names grants the role no longer has: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "JUSTIFIED names grants the role no longer has: {stale:?}"
+    );
     // The Lease and the token are the operator's own, in its namespace.
     for e in requests {
         let r = e["objectRef"]["resource"].as_str().unwrap_or_default();
