@@ -4,6 +4,7 @@
 
 mod deputy;
 mod rbac;
+mod scope;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
