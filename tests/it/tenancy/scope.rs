@@ -12,7 +12,7 @@ use backpressure_operator::act::guard::api_resource;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::common::fleet::steady;
 use crate::common::operator::render_chart_with;
@@ -189,8 +189,7 @@ async fn scope_policies_limit_targets_and_guarded_autoscalers() {
         diag,
         || async {
             let h = hpas.get("w").await.unwrap();
-            (h.data["spec"]["behavior"]["scaleUp"]["selectPolicy"] == Value::from("Disabled"))
-                .then_some(())
+            (h.data["spec"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled").then_some(())
         },
     )
     .await;
