@@ -46,5 +46,6 @@ render deployment.yaml manager/manager.yaml
 render service.yaml manager/service.yaml
 render poddisruptionbudget.yaml manager/pdb.yaml
 render validatingadmissionpolicy.yaml admission/policies.yaml
+render admission-scope.yaml scope/policies.yaml --set admission.scope.enabled=true
 render servicemonitor.yaml prometheus/monitor.yaml --set serviceMonitor.enabled=true
 render prometheusrule.yaml prometheus/rule.yaml --set prometheusRule.enabled=true --set serviceMonitor.enabled=true

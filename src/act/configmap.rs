@@ -1,12 +1,14 @@
 //! The worker configuration rendered into a ConfigMap owned by the WorkerBackpressure: the
-//! durable source that pods mount (the worker library hot-reloads the file).
+//! durable source that pods mount (the worker library hot-reloads the file). The operator
+//! creates it, or updates the one the object owns; it never adopts a ConfigMap of the same name
+//! that someone else created ([`sync`]).
 
 use std::collections::BTreeMap;
 
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::wire::{CONFIG_FILE_NAME, WorkerConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 
 use backpressure_api::FIELD_MANAGER;
@@ -115,21 +117,113 @@ pub fn up_to_date(existing: Option<&ConfigMap>, desired: &ConfigMap) -> bool {
     })
 }
 
-/// Server-side applies the ConfigMap.
-pub async fn apply(client: &kube::Client, cm: &ConfigMap) -> Result<(), kube::Error> {
-    let ns = cm.metadata.namespace.clone().unwrap_or_default();
-    let name = cm.metadata.name.clone().unwrap_or_default();
+/// Whether `cm` is `wbp`'s: it carries a controller owner reference with `wbp`'s UID. The name
+/// alone proves nothing: `<name>-worker-config` may be anyone's ConfigMap (a tenant picks the
+/// object's name), and the operator must never take over one it did not create.
+pub fn owned_by(cm: &ConfigMap, wbp: &WorkerBackpressure) -> bool {
+    let Some(uid) = wbp.metadata.uid.as_deref() else {
+        return false;
+    };
+    cm.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// What [`sync`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Synced {
+    /// The ConfigMap is the object's and already as wanted: nothing written.
+    Unchanged,
+    /// The ConfigMap was created, or the object's own ConfigMap updated.
+    Written,
+    /// A ConfigMap of that name exists and is not the object's: left untouched.
+    NotOwned {
+        /// Its name.
+        name: String,
+        /// Who owns it, in words (for the condition and the event).
+        owner: String,
+    },
+}
+
+/// Brings the object's ConfigMap to `desired`, never touching one the object does not own
+/// ([`owned_by`]):
+///
+/// - `cached` (the operator's watch of labelled ConfigMaps) holds it: the object's and up to
+///   date → nothing; the object's → applied; anyone else's → [`Synced::NotOwned`], no request;
+/// - not cached (new, or a ConfigMap without the operator's label): read it; absent → created
+///   (POST, so an existing one is never overwritten: a race ends in 409, retried); the
+///   object's (the cache lags behind a create) → applied when out of date; anyone else's →
+///   [`Synced::NotOwned`].
+///
+/// An update of the object's own ConfigMap is a forced server-side apply carrying the UID read,
+/// so a ConfigMap deleted and re-created by someone else in between is not taken over either
+/// (`metadata.uid` is immutable: 422, retried with the next reconcile). No resourceVersion
+/// precondition: the cache lags behind the operator's own writes, and re-applying the object's
+/// own ConfigMap is idempotent.
+pub async fn sync(
+    client: &kube::Client,
+    wbp: &WorkerBackpressure,
+    cached: Option<&ConfigMap>,
+    desired: &ConfigMap,
+) -> Result<Synced, kube::Error> {
+    let ns = desired.metadata.namespace.clone().unwrap_or_default();
+    let name = desired.metadata.name.clone().unwrap_or_default();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let mut body = serde_json::to_value(cm).map_err(kube::Error::SerdeError)?;
+    let live = match cached {
+        Some(c) => {
+            if !owned_by(c, wbp) {
+                return Ok(not_owned(c, name));
+            }
+            if up_to_date(Some(c), desired) {
+                return Ok(Synced::Unchanged);
+            }
+            c.clone()
+        }
+        None => match api.get_opt(&name).await? {
+            None => {
+                api.create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.to_owned()),
+                        ..Default::default()
+                    },
+                    desired,
+                )
+                .await?;
+                return Ok(Synced::Written);
+            }
+            Some(live) if !owned_by(&live, wbp) => return Ok(not_owned(&live, name)),
+            Some(live) if up_to_date(Some(&live), desired) => return Ok(Synced::Unchanged),
+            Some(live) => live,
+        },
+    };
+    let mut body = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
     body["apiVersion"] = "v1".into();
     body["kind"] = "ConfigMap".into();
+    body["metadata"]["uid"] = live.metadata.uid.clone().into();
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&body),
     )
     .await?;
-    Ok(())
+    Ok(Synced::Written)
+}
+
+/// The [`Synced::NotOwned`] of `cm`.
+fn not_owned(cm: &ConfigMap, name: String) -> Synced {
+    let controller = cm
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    let owner = match controller {
+        Some(o) => format!("its controller is {} {} (UID {})", o.kind, o.name, o.uid),
+        None => "it has no controller owner reference".to_owned(),
+    };
+    Synced::NotOwned { name, owner }
 }
 
 #[cfg(test)]
@@ -209,5 +303,46 @@ mod tests {
         let mut b = want.clone();
         b.data = Some(BTreeMap::from([("a".into(), "bc".into())]));
         assert!(!up_to_date(Some(&cached(&a)), &b));
+    }
+
+    #[test]
+    fn only_a_controller_owner_reference_with_the_objects_uid_is_ownership() {
+        let w = wbp();
+        let ours = desired(&w, &config("a")).unwrap();
+        assert!(owned_by(&ours, &w));
+
+        let mut foreign = ours.clone();
+        foreign.metadata.owner_references = None;
+        assert!(!owned_by(&foreign, &w), "same name, no ownerRef");
+        assert_eq!(
+            not_owned(&foreign, "w-worker-config".into()),
+            Synced::NotOwned {
+                name: "w-worker-config".into(),
+                owner: "it has no controller owner reference".into()
+            }
+        );
+
+        let mut earlier = w.clone();
+        earlier.metadata.uid = Some("u0".into());
+        let previous_incarnation = desired(&earlier, &config("a")).unwrap();
+        assert!(
+            !owned_by(&previous_incarnation, &w),
+            "an object of the same name that was deleted and re-created"
+        );
+
+        let mut not_controller = ours.clone();
+        for o in not_controller
+            .metadata
+            .owner_references
+            .iter_mut()
+            .flatten()
+        {
+            o.controller = Some(false);
+        }
+        assert!(!owned_by(&not_controller, &w));
+
+        let mut no_uid = w.clone();
+        no_uid.metadata.uid = None;
+        assert!(!owned_by(&ours, &no_uid));
     }
 }

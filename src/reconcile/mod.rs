@@ -32,6 +32,7 @@ mod report;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{
     ConfigStatus, Mode, WorkerBackpressure, WorkerBackpressureStatus,
 };
@@ -166,7 +167,7 @@ async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, Reconc
         }
     };
     let previous = wbp.status.as_ref();
-    let (config, mut notes) =
+    let (config, not_owned, mut notes) =
         config_step(wbp, ctx, &ns, &eff, &observed.pods, previous, now).await?;
     let decision = decide_step(wbp, ctx, &eff, target, &observed, config, now);
     scale_step(wbp, ctx, &ns, &eff, target, &decision).await?;
@@ -175,6 +176,9 @@ async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, Reconc
     let clamp = act::guard::clamp_for(&eff, &decision, hold_until.as_deref());
     let requeue_after = decision.requeue_after;
     let mut status = decision.status;
+    if let Some(message) = not_owned {
+        report_not_owned(&mut status, previous, message, &mut notes, now);
+    }
     guard_step(wbp, ctx, &ns, &eff, clamp, &mut status, &mut notes, now).await?;
     report_step(wbp, ctx, &ns, status, previous, &notes).await?;
     Ok(Action::requeue(jitter(
@@ -271,7 +275,9 @@ pub async fn observe_step(ctx: &Context, ns: &str, eff: &Effective, now: Timesta
 
 /// Step 3 (client): render the worker configuration into the owned ConfigMap and push it to
 /// the ready pods. The generation grows whenever the content changes
-/// ([`resolve::next_config_generation`]).
+/// ([`resolve::next_config_generation`]). Returns the rollout, the message of a ConfigMap name
+/// taken by someone else's ConfigMap ([`configmap::sync`], reported by [`report_not_owned`]),
+/// and the events.
 pub async fn config_step(
     wbp: &WorkerBackpressure,
     ctx: &Context,
@@ -280,7 +286,7 @@ pub async fn config_step(
     pods: &[PodInfo],
     previous: Option<&WorkerBackpressureStatus>,
     now: Timestamp,
-) -> Result<(ConfigStatus, Vec<Note>), ReconcileError> {
+) -> Result<(ConfigStatus, Option<String>, Vec<Note>), ReconcileError> {
     let rendered = resolve::render_worker_config(eff, 0).with_hash();
     let generation = resolve::next_config_generation(
         previous
@@ -296,6 +302,7 @@ pub async fn config_step(
     }
     .with_hash();
     let quiet = eff.dry_run || eff.suspend;
+    let mut not_owned = None;
     if !quiet {
         let desired = configmap::desired(wbp, &config).map_err(ReconcileError::Render)?;
         let existing = desired
@@ -303,10 +310,15 @@ pub async fn config_step(
             .name
             .as_deref()
             .and_then(|name| ctx.configmaps.get(&ObjectRef::new(name).within(ns)));
-        if !configmap::up_to_date(existing.as_deref(), &desired) {
-            configmap::apply(&ctx.client, &desired)
-                .await
-                .map_err(ReconcileError::ConfigMap)?;
+        let synced = configmap::sync(&ctx.client, wbp, existing.as_deref(), &desired)
+            .await
+            .map_err(ReconcileError::ConfigMap)?;
+        if let configmap::Synced::NotOwned { name, owner } = synced {
+            not_owned = Some(format!(
+                "ConfigMap {name} exists and is not this object's ({owner}): the operator leaves \
+                 it untouched and writes no worker ConfigMap; delete or rename that ConfigMap, or \
+                 rename this object (config pushes to the ready pods go on)"
+            ));
         }
     }
     let token = match ctx.tokens.token(&ctx.client).await {
@@ -339,8 +351,50 @@ pub async fn config_step(
             pods_in_sync: report.in_sync,
             pods_total: report.total,
         },
+        not_owned,
         notes,
     ))
+}
+
+/// The condition reason (`Ready` and `ConfigInSync`) and event reason of a worker ConfigMap
+/// name taken by a ConfigMap the object does not own.
+pub const CONFIGMAP_NOT_OWNED: &str = "ConfigMapNotOwned";
+
+/// The worker ConfigMap's name is taken by a ConfigMap the object does not own (`message`, from
+/// [`config_step`]): `ConfigInSync` and `Ready` False with reason [`CONFIGMAP_NOT_OWNED`] (the
+/// pods that mount it would read someone else's data; Argo CD: Degraded, kstatus: InProgress),
+/// and a Warning event naming the ConfigMap when the message is new. Nothing is retried sooner
+/// than the regular requeue: only a person can resolve it.
+fn report_not_owned(
+    status: &mut WorkerBackpressureStatus,
+    previous: Option<&WorkerBackpressureStatus>,
+    message: String,
+    notes: &mut Vec<Note>,
+    now: Timestamp,
+) {
+    let reported = previous
+        .and_then(|p| p.conditions.as_deref())
+        .and_then(|c| c.iter().find(|c| c.type_ == cond::CONFIG_IN_SYNC))
+        .is_some_and(|c| c.reason == CONFIGMAP_NOT_OWNED && c.message == message);
+    if !reported {
+        notes.push(Note {
+            warning: true,
+            reason: CONFIGMAP_NOT_OWNED.into(),
+            action: "WriteConfigMap".into(),
+            message: message.clone(),
+        });
+    }
+    for type_ in [cond::READY, cond::CONFIG_IN_SYNC] {
+        decide::set_condition(
+            status,
+            previous,
+            type_,
+            false,
+            CONFIGMAP_NOT_OWNED,
+            message.clone(),
+            now,
+        );
+    }
 }
 
 /// Step 4 (no client): what was observed, as [`decide::decide`] reads it, and its decision

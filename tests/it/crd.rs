@@ -3,7 +3,7 @@
 //! through the status subresource, and invalid objects are rejected with the field named.
 
 use backpressure_api::v1alpha1::{
-    Regime, ReplicaStatus, WorkerBackpressure, WorkerBackpressureStatus,
+    BackpressurePolicy, Regime, ReplicaStatus, WorkerBackpressure, WorkerBackpressureStatus,
 };
 use backpressure_envtest::TestEnv;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -276,6 +276,48 @@ async fn invalid_objects_are_rejected_naming_the_field() {
             "spec.worker.probe.initialInterval",
         ),
         (
+            "setpoint-tiny",
+            |v| {
+                v["spec"]["worker"]["setPoint"] = json!(1e-12);
+            },
+            "spec.worker.setPoint",
+        ),
+        (
+            "dwell-forever",
+            |v| {
+                v["spec"]["scaling"]["rampUp"]["dwell"] = json!("100000h");
+            },
+            "spec.scaling.rampUp.dwell",
+        ),
+        (
+            "hold-for-over-a-day",
+            |v| {
+                v["spec"]["scaling"]["hold"]["for"] = json!("24h1s");
+            },
+            "spec.scaling.hold.for",
+        ),
+        (
+            "release-for-over-a-day",
+            |v| {
+                v["spec"]["scaling"]["release"]["for"] = json!("1441m");
+            },
+            "spec.scaling.release.for",
+        ),
+        (
+            "stabilization-over-a-day",
+            |v| {
+                v["spec"]["scaling"]["scaleDown"] = json!({"stabilization": "48h"});
+            },
+            "spec.scaling.scaleDown.stabilization",
+        ),
+        (
+            "probe-max-over-a-day",
+            |v| {
+                v["spec"]["worker"]["probe"] = json!({"maxInterval": "25h"});
+            },
+            "spec.worker.probe.maxInterval",
+        ),
+        (
             "non-http-prometheus",
             |v| {
                 v["spec"]["metrics"] = json!({"prometheus": {"address": "ftp://x"}});
@@ -302,4 +344,53 @@ async fn invalid_objects_are_rejected_naming_the_field() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // The bounds are inclusive: a day and the smallest set point are accepted.
+    let edge: DynamicObject = serde_json::from_value(object("edge", |v| {
+        v["spec"]["worker"]["setPoint"] = json!(0.0001);
+        v["spec"]["scaling"]["rampUp"]["dwell"] = json!("24h");
+        v["spec"]["scaling"]["hold"]["for"] = json!("1440m");
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &edge).await.unwrap();
+}
+
+/// A BackpressurePolicy brake throttles every matched worker: it must name when it lifts
+/// itself (`expiresAt`), and the rejection names the field.
+#[tokio::test]
+async fn a_brake_without_expiry_is_rejected_naming_the_field() {
+    let _serial = serial().await;
+    let env = TestEnv::shared();
+    let client = env.client().unwrap();
+    install_crds(&client).await;
+    let ar = kube::discovery::ApiResource::erase::<BackpressurePolicy>(&());
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let policy = |name: &str, brake: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "backpressure.dev/v1alpha1",
+            "kind": "BackpressurePolicy",
+            "metadata": {"name": name},
+            "spec": {"brake": brake},
+        }))
+        .unwrap()
+    };
+    let err = api
+        .create(
+            &PostParams::default(),
+            &policy("brake-forever", json!({"minBackoff": 0.5})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("spec.brake.expiresAt")),
+        "{err:?}"
+    );
+    let ok = policy(
+        "brake-expiring",
+        json!({"minBackoff": 0.5, "expiresAt": "2030-01-01T00:00:00Z"}),
+    );
+    api.create(&PostParams::default(), &ok).await.unwrap();
+    api.delete("brake-expiring", &Default::default())
+        .await
+        .unwrap();
 }

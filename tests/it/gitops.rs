@@ -184,6 +184,18 @@ fn kstatus_and_argocd_health_of_every_state_decide_produces() {
         "HorizontalPodAutoscaler w not found".into(),
         now,
     );
+    let mut configmap_taken = reconciled.clone();
+    for t in [cond::READY, cond::CONFIG_IN_SYNC] {
+        decide::set_condition(
+            &mut configmap_taken,
+            Some(&reconciled),
+            t,
+            false,
+            "ConfigMapNotOwned",
+            "ConfigMap w-worker-config exists and is not this object's".into(),
+            now,
+        );
+    }
     let mut no_conditions = WorkerBackpressureStatus {
         observed_generation: Some(1),
         ..Default::default()
@@ -270,6 +282,14 @@ fn kstatus_and_argocd_health_of_every_state_decide_produces() {
             kstatus: "Current",
             argocd: "Degraded",
             argocd_message: "GuardTargetNotFound: HorizontalPodAutoscaler w not found",
+        },
+        Case {
+            name: "the worker ConfigMap's name is taken by a ConfigMap the object does not own",
+            object: object(1, &spec, Some(&configmap_taken)),
+            // Only a person can resolve it (delete or rename one of the two).
+            kstatus: "InProgress",
+            argocd: "Degraded",
+            argocd_message: "ConfigMapNotOwned: ConfigMap w-worker-config",
         },
         Case {
             name: "suspended",
@@ -641,7 +661,9 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
         }
     }
 
-    // The owned ConfigMap: server-side applied by the operator, owner reference to the object.
+    // The owned ConfigMap: created by the operator (POST, so that an existing ConfigMap of
+    // that name is never taken over: operation Update) and server-side applied afterwards,
+    // owner reference to the object; no other manager.
     let cms: Api<ConfigMap> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
     let cm = cms.get("w-worker-config").await.unwrap();
     let owner = &cm.metadata.owner_references.clone().unwrap()[0];
@@ -652,7 +674,7 @@ async fn the_operator_writes_only_its_own_fields_and_git_reapplies_without_confl
         cm_mf
             .iter()
             .all(|e| e.manager.as_deref() == Some(FIELD_MANAGER)
-                && e.operation.as_deref() == Some("Apply")),
+                && matches!(e.operation.as_deref(), Some("Apply" | "Update"))),
         "{cm_mf:?}"
     );
 

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 /// Default set point: the failure rate treated as background noise.
 pub const SET_POINT: f64 = 0.05;
+/// Smallest set point accepted (at admission by the CRD's CEL rule, and by the operator for an
+/// object stored before it): below it the controller backs off at almost every failure
+/// (`setPoint: 1e-12` turns background noise into a full brake), which is never meant.
+pub const MIN_SET_POINT: f64 = 1e-4;
 /// Default maximum permits per pod.
 pub const MAX_PERMITS: u32 = 16;
 /// Smallest default reaction size.

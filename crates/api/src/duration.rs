@@ -22,6 +22,19 @@ pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
 /// arithmetic on instants far away from overflow.
 pub const MAX_DURATION: StdDuration = StdDuration::from_secs(366 * 24 * 3600);
 
+/// The longest duration a spec field may carry (a WorkerBackpressure's or a policy's defaults):
+/// 24 hours. Every duration of the API is a control-loop time constant (a hold, a dwell, a
+/// window, a timeout); a day is already far beyond any sensible one, and a longer value is a
+/// typo or an attempt to freeze the loop (`dwell: 100000h` would keep a ramp stage forever).
+/// The CRD schema enforces it at admission (a CEL rule on every duration field, whose message
+/// the API server prefixes with the field's path); the operator refuses a longer value that
+/// slipped past it (an object stored under an older CRD) as an invalid spec naming the field.
+pub const MAX_SPEC_DURATION: StdDuration = StdDuration::from_secs(24 * 3600);
+
+/// The CEL rule of every duration field: at most [`MAX_SPEC_DURATION`]. Pattern-checked first
+/// by the schema, so `duration()` sees a Go duration.
+pub const MAX_SPEC_DURATION_RULE: &str = "duration(self) <= duration('24h')";
+
 /// Why a duration string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
@@ -205,6 +218,10 @@ impl JsonSchema for Duration {
             "type": "string",
             "pattern": DURATION_PATTERN,
             "maxLength": 32,
+            "x-kubernetes-validations": [{
+                "rule": MAX_SPEC_DURATION_RULE,
+                "message": "must be at most 24h",
+            }],
         })
     }
 }

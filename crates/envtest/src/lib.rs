@@ -134,6 +134,7 @@ pub struct TestEnv {
     etcd: Mutex<Supervised>,
     apiserver: Mutex<Supervised>,
     controller_manager: Mutex<Option<Supervised>>,
+    garbage_collector: Mutex<Option<Supervised>>,
 }
 
 static SHARED: OnceLock<TestEnv> = OnceLock::new();
@@ -210,6 +211,7 @@ impl TestEnv {
             etcd: Mutex::new(etcd),
             apiserver: Mutex::new(apiserver),
             controller_manager: Mutex::new(None),
+            garbage_collector: Mutex::new(None),
         };
         env.wait_ready(Duration::from_secs(120))?;
         Ok(env)
@@ -358,16 +360,40 @@ impl TestEnv {
     /// Starts kube-controller-manager (Deployments → ReplicaSets → Pods, garbage collection,
     /// namespace deletion). Idempotent.
     pub fn start_controller_manager(&self) -> Result<(), Error> {
-        let mut guard = self
-            .controller_manager
+        self.start_kcm(
+            &self.controller_manager,
+            "kube-controller-manager",
+            "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ttl",
+        )
+    }
+
+    /// Starts a kube-controller-manager running the garbage collector only (objects whose
+    /// owners are gone are deleted, as in a real cluster), without the workload controllers
+    /// that would turn Deployments into Pods under tests that bring their own fake pods.
+    /// Idempotent.
+    pub fn start_garbage_collector(&self) -> Result<(), Error> {
+        self.start_kcm(
+            &self.garbage_collector,
+            "kube-controller-manager-gc",
+            "garbagecollector",
+        )
+    }
+
+    fn start_kcm(
+        &self,
+        slot: &Mutex<Option<Supervised>>,
+        name: &str,
+        controllers: &str,
+    ) -> Result<(), Error> {
+        let mut guard = slot
             .lock()
-            .map_err(|_| Error::Config("controller-manager lock poisoned".into()))?;
+            .map_err(|_| Error::Config(format!("{name} lock poisoned")))?;
         if guard.is_some() {
             return Ok(());
         }
         let port = process::free_port()?;
         let kcm = Supervised::spawn(
-            "kube-controller-manager",
+            name,
             &binary("kube-controller-manager")?,
             &[
                 format!("--kubeconfig={}", self.kubeconfig.display()),
@@ -376,19 +402,22 @@ impl TestEnv {
                 "--leader-elect=false".into(),
                 "--use-service-account-credentials=false".into(),
                 format!("--root-ca-file={}", self.pki.ca_file.display()),
-                format!("--service-account-private-key-file={}", self.pki.sa_key_file.display()),
+                format!(
+                    "--service-account-private-key-file={}",
+                    self.pki.sa_key_file.display()
+                ),
                 "--bind-address=127.0.0.1".into(),
                 format!("--secure-port={port}"),
-                "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ttl".into(),
+                format!("--controllers={controllers}"),
                 "--concurrent-deployment-syncs=5".into(),
                 "--concurrent-replicaset-syncs=5".into(),
                 "--v=1".into(),
             ],
-            &self.dir.join("kube-controller-manager.log"),
+            &self.dir.join(format!("{name}.log")),
         )?;
         if !process::wait_for_port(port, Duration::from_secs(60)) {
             return Err(Error::NotReady {
-                name: "kube-controller-manager".into(),
+                name: name.into(),
                 timeout: Duration::from_secs(60),
                 log: kcm.log_tail(30),
             });
@@ -426,14 +455,39 @@ impl TestEnv {
         self.wait_ready(Duration::from_secs(120))
     }
 
-    /// Write requests (create, update, patch, delete) recorded in the audit log, oldest first.
-    /// Each is the audit event as JSON (`user.username`, `verb`, `objectRef`, `requestURI`,
-    /// `responseStatus.code`, `stageTimestamp`).
+    /// Write requests (create, update, patch, delete, deletecollection) recorded in the audit
+    /// log, oldest first. Each is the audit event as JSON (`user.username`, `verb`,
+    /// `objectRef`, `requestURI`, `responseStatus.code`, `stageTimestamp`).
     pub fn audit_writes(&self) -> Vec<serde_json::Value> {
+        self.audit_events()
+            .into_iter()
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .filter(|e| {
+                matches!(
+                    e["verb"].as_str(),
+                    Some("create" | "update" | "patch" | "delete" | "deletecollection")
+                )
+            })
+            .collect()
+    }
+
+    /// Every request of ServiceAccount `username` (`system:serviceaccount:ns:sa`) recorded so
+    /// far, reads included (get, list, watch): one event per request (a watch is recorded when
+    /// its response starts, before it ends), oldest first. The audit policy records every verb
+    /// of ServiceAccounts and only the writes of other users.
+    pub fn audit_requests_by(&self, username: &str) -> Vec<serde_json::Value> {
+        let mut seen = std::collections::HashSet::new();
+        self.audit_events()
+            .into_iter()
+            .filter(|e| e["user"]["username"] == username)
+            .filter(|e| seen.insert(e["auditID"].as_str().unwrap_or_default().to_owned()))
+            .collect()
+    }
+
+    fn audit_events(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
         text.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|e| e["stage"] == "ResponseComplete")
             .collect()
     }
 
@@ -447,10 +501,12 @@ impl TestEnv {
 
     /// Stops every process of this control plane now.
     pub fn stop(&self) {
-        if let Ok(mut g) = self.controller_manager.lock()
-            && let Some(k) = g.as_mut()
-        {
-            k.stop();
+        for slot in [&self.controller_manager, &self.garbage_collector] {
+            if let Ok(mut g) = slot.lock()
+                && let Some(k) = g.as_mut()
+            {
+                k.stop();
+            }
         }
         if let Ok(mut a) = self.apiserver.lock() {
             a.stop();
@@ -467,13 +523,17 @@ impl Drop for TestEnv {
     }
 }
 
-/// Audit policy: every mutating request at Metadata level, nothing else (tests count writes).
+/// Audit policy: every mutating request at Metadata level (tests count writes), and every
+/// request of a ServiceAccount (the operator's RBAC test compares what it uses with what its
+/// ClusterRole grants); nothing else.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
+- level: Metadata
+  userGroups: [system:serviceaccounts]
 - level: None
 ";
 

@@ -31,13 +31,19 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
             serde_json::from_value(serde_json::json!({"metadata": {"name": OPERATOR_NAMESPACE}}))
                 .unwrap();
         let _ = ns_api.create(&PostParams::default(), &ns).await;
-        let objects = render_chart(&[
-            "templates/serviceaccount.yaml",
-            "templates/clusterrole.yaml",
-            "templates/clusterrolebinding.yaml",
-            "templates/role.yaml",
-            "templates/rolebinding.yaml",
-        ]);
+        // Secrets cluster-wide: the tests' namespaces are made up as they go, and a few read
+        // Prometheus credentials through spec.metrics.prometheus.secretRef (the chart's
+        // default grants no Secrets at all).
+        let objects = render_chart_with(
+            &[
+                "templates/serviceaccount.yaml",
+                "templates/clusterrole.yaml",
+                "templates/clusterrolebinding.yaml",
+                "templates/role.yaml",
+                "templates/rolebinding.yaml",
+            ],
+            &["rbac.secrets.clusterWide=true"],
+        );
         let discovery = Discovery::new(client.clone()).run().await.unwrap();
         for obj in objects {
             let types = obj.types.clone().unwrap();
@@ -80,6 +86,11 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
 /// Renders `templates` of the chart with helm (release `backpressure-operator` in
 /// [`OPERATOR_NAMESPACE`]) and returns the objects.
 pub fn render_chart(templates: &[&str]) -> Vec<DynamicObject> {
+    render_chart_with(templates, &[])
+}
+
+/// [`render_chart`] with `--set` values (`key=value` each).
+pub fn render_chart_with(templates: &[&str], sets: &[&str]) -> Vec<DynamicObject> {
     let helm = backpressure_envtest::bin_dir().unwrap().join("helm");
     let chart = backpressure_envtest::repo_root().join("charts/backpressure-operator");
     let mut cmd = std::process::Command::new(helm);
@@ -88,6 +99,9 @@ pub fn render_chart(templates: &[&str]) -> Vec<DynamicObject> {
         .args(["--namespace", OPERATOR_NAMESPACE]);
     for t in templates {
         cmd.args(["-s", t]);
+    }
+    for v in sets {
+        cmd.args(["--set", v]);
     }
     let out = cmd.output().unwrap();
     assert!(

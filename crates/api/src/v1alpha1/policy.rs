@@ -140,7 +140,7 @@ pub struct PolicyDefaults {
 pub struct PolicyLimits {
     /// Largest allowed `spec.worker.setPoint`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self > 0.0 && self < 1.0").message("maxSetPoint must be greater than 0 and less than 1"))]
+    #[x_kube(validation = Rule::new("self >= 0.0001 && self < 1.0").message("maxSetPoint must be at least 0.0001 and less than 1"))]
     pub max_set_point: Option<f64>,
     /// Largest allowed `spec.scaling.maxReplicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,15 +162,23 @@ pub struct PolicyLimits {
 }
 
 /// The emergency brake.
+///
+/// `expiresAt` is required at admission (a CEL rule): a brake throttles every matched worker,
+/// and one that is forgotten must lift itself. CEL has no clock, so how far ahead `expiresAt`
+/// lies cannot be bounded at admission; BackpressurePolicy is cluster-scoped and written by
+/// platform admins only, and the policy's status says whether and until when the brake is in
+/// force. A brake stored without `expiresAt` (under an older CRD) stays in force until the
+/// policy changes; any write to the policy must then add one.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.expiresAt)").message("brake.expiresAt is required: an emergency brake must lift itself").field_path(".expiresAt").reason(Reason::FieldValueRequired))]
 pub struct Brake {
     /// Minimum backoff every matched worker applies, in [0,1]; 1 stops taking new messages
     /// except probes.
     #[x_kube(validation = Rule::new("self >= 0.0 && self <= 1.0").message("minBackoff must be between 0 and 1"))]
     pub min_backoff: f64,
-    /// The brake lifts itself at this time, so a forgotten brake does not stay on.
+    /// The brake lifts itself at this time, so a forgotten brake does not stay on. Required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<Time>,
     /// Why the brake is on (shown in events and status).

@@ -193,11 +193,11 @@ pub struct WorkerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<Algorithm>,
 
-    /// Failure rate treated as background noise, in (0, 1). Backoff grows only while the
+    /// Failure rate treated as background noise, in [0.0001, 1). Backoff grows only while the
     /// dependency failure rate is above it. Defaults to 0.05. Expected dead letters are about
     /// messages × setPoint^R for R delivery attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self > 0.0 && self < 1.0").message("setPoint must be greater than 0 and less than 1"))]
+    #[x_kube(validation = Rule::new("self >= 0.0001 && self < 1.0").message("setPoint must be at least 0.0001 and less than 1"))]
     pub set_point: Option<f64>,
 
     /// Reaction size N: the number of dependency failures (net of successes) that take the

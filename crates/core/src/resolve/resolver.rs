@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use backpressure_api::duration::Duration as ApiDuration;
+use backpressure_api::duration::{Duration as ApiDuration, MAX_SPEC_DURATION};
 use backpressure_api::v1alpha1::{
     MetricsSpec, Mode, QueryOverrides, ScalingSpec, WorkerBackpressureSpec, WorkerSpec,
 };
@@ -108,8 +108,9 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    /// Like [`Resolver::value`] for durations; an unparsable duration is an error (and the
-    /// default stands in so that resolution can go on and report every problem).
+    /// Like [`Resolver::value`] for durations; an unparsable duration, or one longer than
+    /// [`MAX_SPEC_DURATION`], is an error (and the default stands in so that resolution can go
+    /// on and report every problem).
     pub(super) fn duration(
         &mut self,
         path: &str,
@@ -120,6 +121,16 @@ impl<'a> Resolver<'a> {
             if let Some(text) = get(layer) {
                 let from = layer.source.field(path);
                 return match text.get() {
+                    Ok(value) if value > MAX_SPEC_DURATION => {
+                        self.errors.push(FieldError {
+                            field: from.clone(),
+                            message: format!("duration {text} is longer than the maximum of 24h"),
+                        });
+                        Picked {
+                            value: default,
+                            from,
+                        }
+                    }
                     Ok(value) => Picked { value, from },
                     Err(e) => {
                         self.errors.push(FieldError {

@@ -45,10 +45,17 @@ pub(super) fn worker(r: &mut Resolver<'_>) -> EffectiveWorker {
         |l| l.worker?.probe.as_ref()?.max_interval.as_ref(),
         d::PROBE_MAX,
     );
-    if !(set_point.value.is_finite() && set_point.value > 0.0 && set_point.value < 1.0) {
+    if !(set_point.value.is_finite()
+        && set_point.value >= d::MIN_SET_POINT
+        && set_point.value < 1.0)
+    {
         r.error(
             &set_point.from,
-            format!("setPoint {} is not in (0, 1)", set_point.value),
+            format!(
+                "setPoint {} is not in [{}, 1)",
+                set_point.value,
+                d::MIN_SET_POINT
+            ),
         );
     }
     if reaction.value == 0 {

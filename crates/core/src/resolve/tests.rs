@@ -590,3 +590,51 @@ fn conflicting_required_ramp_stages_are_reported() {
         "{note}"
     );
 }
+
+#[test]
+fn a_tiny_set_point_or_a_duration_over_a_day_is_an_error_naming_the_field() {
+    // What the CRD rejects at admission, for an object stored before those rules.
+    let mut s = spec();
+    s.worker = Some(WorkerSpec {
+        set_point: Some(1e-12),
+        ..Default::default()
+    });
+    s.scaling = Some(ScalingSpec {
+        ramp_up: Some(RampUpSpec {
+            dwell: dur("1000h"),
+            ..Default::default()
+        }),
+        hold: Some(HoldSpec {
+            for_: dur("24h1s"),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let err = resolve(&s, &[], now()).unwrap_err();
+    let fields: Vec<&str> = err.errors.iter().map(|e| e.field.as_str()).collect();
+    for want in [
+        "spec.worker.setPoint",
+        "spec.scaling.hold.for",
+        "spec.scaling.rampUp.dwell",
+    ] {
+        assert!(fields.contains(&want), "missing {want} in {fields:?}");
+    }
+    assert!(
+        err.to_string().contains("longer than the maximum of 24h"),
+        "{err}"
+    );
+
+    // The bounds themselves are accepted.
+    s.worker = Some(WorkerSpec {
+        set_point: Some(backpressure_api::defaults::MIN_SET_POINT),
+        ..Default::default()
+    });
+    s.scaling = Some(ScalingSpec {
+        ramp_up: Some(RampUpSpec {
+            dwell: dur("24h"),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    resolve(&s, &[], now()).unwrap();
+}
