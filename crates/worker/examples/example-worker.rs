@@ -36,6 +36,11 @@ struct Args {
     /// Mounted WorkerConfig JSON file to watch and hot-reload.
     #[arg(long, env = "BP_CONFIG_FILE")]
     config_file: Option<PathBuf>,
+    /// The pod's namespace (the downward API's `metadata.namespace`): with the workload, it
+    /// names the only token audience accepted, `backpressure.dev/<namespace>/<workload>`.
+    /// Defaults to the namespace of the in-cluster ServiceAccount (or the kubeconfig's).
+    #[arg(long, env = "BP_NAMESPACE")]
+    namespace: Option<String>,
     /// Usernames allowed to push configuration (e.g.
     /// system:serviceaccount:bp-system:backpressure-operator); enables pushes, checked with a
     /// TokenReview through the in-cluster or kubeconfig credentials.
@@ -124,10 +129,17 @@ async fn main() -> anyhow::Result<()> {
         let client = kube::Client::try_default()
             .await
             .context("config pushes need Kubernetes credentials for TokenReview")?;
-        admin = admin.with_verifier(
-            Arc::new(backpressure_worker::config::token::TokenReviewVerifier::new(client)),
-            args.allowed_identities.clone(),
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let verifier = backpressure_worker::config::token::TokenReviewVerifier::new(
+            client,
+            &namespace,
+            &args.workload,
         );
+        tracing::info!(audience = verifier.audience(), "config pushes enabled");
+        admin = admin.with_verifier(Arc::new(verifier), args.allowed_identities.clone());
     }
     let listener = tokio::net::TcpListener::bind(args.admin_addr)
         .await
