@@ -79,10 +79,16 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
 
-    /// The operator's ServiceAccount (in `--namespace`), whose tokens with audience
-    /// backpressure.dev authenticate config pushes. Default: learned from a SelfSubjectReview.
+    /// The operator's ServiceAccount (in `--namespace`), whose tokens (one per target, audience
+    /// backpressure.dev/<namespace>/<workload>) authenticate config pushes. Default: learned
+    /// from a SelfSubjectReview.
     #[arg(long, env = "SERVICE_ACCOUNT_NAME")]
     pub service_account: Option<String>,
+
+    /// Age at which a push token is replaced (at most 5m, the default). Hidden: tests shorten it
+    /// to see a rotation.
+    #[arg(long, env = "BP_PUSH_TOKEN_RENEW", default_value = "5m", value_parser = parse_duration, hide = true)]
+    pub push_token_renew: Duration,
 
     /// Log filter when `RUST_LOG` is unset (error, warn, info, debug, trace).
     #[arg(long, env = "BP_LOG_LEVEL", default_value = "info")]

@@ -89,6 +89,8 @@ pub struct RunOptions {
     pub settings: Settings,
     /// The operator's ServiceAccount, for push tokens.
     pub identity: Option<Identity>,
+    /// Age at which a push token is replaced.
+    pub push_token_renew: Duration,
     /// This replica's name in events.
     pub reporter_instance: String,
     /// Operator metrics.
@@ -111,6 +113,7 @@ pub async fn run(
     let RunOptions {
         settings,
         identity,
+        push_token_renew,
         reporter_instance,
         metrics,
         health,
@@ -209,7 +212,7 @@ pub async fn run(
         failures: std::sync::Mutex::new(std::collections::HashMap::new()),
         hub,
         pusher: Pusher::new().map_err(RunError::Http)?,
-        tokens: TokenSource::new(identity),
+        tokens: TokenSource::new(identity, push_token_renew),
         recorder: Recorder::new(
             client.clone(),
             backpressure_api::FIELD_MANAGER.into(),

@@ -87,6 +87,7 @@ pub async fn run(args: cli::RunArgs) -> anyhow::Result<()> {
     let options = controller::RunOptions {
         settings,
         identity,
+        push_token_renew: args.push_token_renew,
         reporter_instance: instance,
         metrics,
         health,

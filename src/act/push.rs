@@ -1,9 +1,16 @@
 //! Pushing the worker configuration to each ready pod's admin port.
 //!
-//! The push is authenticated with a ServiceAccount token of the operator's own identity,
-//! audience `backpressure.dev`, minted through the TokenRequest API and reused until it nears
-//! expiry. A pod that refuses or times out is retried with exponential backoff and counted as
-//! out of sync; pushes run concurrently with a short timeout, so one slow pod never holds up the
+//! The push is authenticated with a ServiceAccount token of the operator's own identity, minted
+//! through the TokenRequest API for one target only: audience
+//! [`wire::push_audience`]`(namespace, workload)`, lifetime [`TOKEN_LIFETIME`] (the API's
+//! minimum). Workers accept only their own audience, so a token a pod receives (a pod of the
+//! target is whatever the target's selector matches, which a namespace owner controls) cannot
+//! configure another target's workers, and it expires within minutes. Tokens are cached per
+//! audience (at most [`TOKEN_CACHE_MAX`]) and minted again after half their lifetime, so a
+//! token in use always has minutes left; one is minted only when a pod is due a push.
+//!
+//! A pod that refuses or times out is retried with exponential backoff and counted as out of
+//! sync; pushes run concurrently with a short timeout, so one slow pod never holds up the
 //! reconcile of other objects.
 
 use std::collections::HashMap;
@@ -41,39 +48,84 @@ pub struct Identity {
     pub name: String,
 }
 
-/// Mints and caches the push token.
+/// Lifetime asked for each push token: the TokenRequest API's minimum (10 minutes).
+pub const TOKEN_LIFETIME: Duration = Duration::from_secs(600);
+/// Default age at which a cached token is replaced: half its lifetime, so a token sent always
+/// has at least five minutes left (more than any clock skew a worker tolerates).
+pub const DEFAULT_TOKEN_RENEW: Duration = Duration::from_secs(300);
+/// Most tokens cached (one per target audience, about 1 KiB each). Beyond it, tokens due for
+/// renewal are dropped, then the oldest: a larger fleet mints more often, never more memory.
+pub const TOKEN_CACHE_MAX: usize = 4096;
+
+/// Mints and caches the push tokens, one per target audience.
 #[derive(Debug)]
 pub struct TokenSource {
     identity: Option<Identity>,
-    cached: tokio::sync::Mutex<Option<(String, Instant)>>,
+    renew_after: Duration,
+    cached: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 impl TokenSource {
-    /// A source for `identity` (None: pushes carry no token and workers will refuse them).
-    pub fn new(identity: Option<Identity>) -> Self {
+    /// A source for `identity` (None: pushes carry no token and workers will refuse them),
+    /// renewing each token after `renew_after` (at most [`DEFAULT_TOKEN_RENEW`]).
+    pub fn new(identity: Option<Identity>, renew_after: Duration) -> Self {
         Self {
             identity,
-            cached: tokio::sync::Mutex::new(None),
+            renew_after: renew_after.min(DEFAULT_TOKEN_RENEW),
+            cached: Mutex::new(HashMap::new()),
         }
     }
 
-    /// A valid token, minting a new one when the cached one is older than 80% of its lifetime.
-    pub async fn token(&self, client: &kube::Client) -> Result<Option<String>, kube::Error> {
+    fn cached(&self, audience: &str) -> Option<String> {
+        let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        cached
+            .get(audience)
+            .filter(|(_, renew_at)| Instant::now() < *renew_at)
+            .map(|(token, _)| token.clone())
+    }
+
+    fn remember(&self, audience: &str, token: &str, renew_at: Instant) {
+        let now = Instant::now();
+        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.len() >= TOKEN_CACHE_MAX && !cached.contains_key(audience) {
+            cached.retain(|_, (_, at)| *at > now);
+            while cached.len() >= TOKEN_CACHE_MAX {
+                let Some(oldest) = cached
+                    .iter()
+                    .min_by_key(|(_, (_, at))| *at)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                cached.remove(&oldest);
+            }
+        }
+        cached.insert(audience.to_owned(), (token.to_owned(), renew_at));
+    }
+
+    /// Tokens cached.
+    pub fn cached_len(&self) -> usize {
+        self.cached.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// A valid token for `audience`, minted when none is cached or the cached one is due for
+    /// renewal. Two reconciles racing for the same audience may both mint; either token works.
+    pub async fn token(
+        &self,
+        client: &kube::Client,
+        audience: &str,
+    ) -> Result<Option<String>, kube::Error> {
         let Some(id) = &self.identity else {
             return Ok(None);
         };
-        let mut cached = self.cached.lock().await;
-        if let Some((token, renew_at)) = cached.as_ref()
-            && Instant::now() < *renew_at
-        {
-            return Ok(Some(token.clone()));
+        if let Some(token) = self.cached(audience) {
+            return Ok(Some(token));
         }
-        let lifetime: i64 = 3600;
         let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &id.namespace);
         let req = TokenRequest {
             spec: TokenRequestSpec {
-                audiences: vec![wire::TOKEN_AUDIENCE.to_owned()],
-                expiration_seconds: Some(lifetime),
+                audiences: vec![audience.to_owned()],
+                expiration_seconds: Some(TOKEN_LIFETIME.as_secs() as i64),
                 ..Default::default()
             },
             ..Default::default()
@@ -82,8 +134,8 @@ impl TokenSource {
             .create_token_request(&id.name, &PostParams::default(), &req)
             .await?;
         let token = resp.status.map(|s| s.token).unwrap_or_default();
-        let renew_at = Instant::now() + Duration::from_secs((lifetime as u64) * 8 / 10);
-        *cached = Some((token.clone(), renew_at));
+        tracing::debug!(audience, "minted a push token");
+        self.remember(audience, &token, Instant::now() + self.renew_after);
         Ok(Some(token))
     }
 }
@@ -155,15 +207,20 @@ impl Pusher {
     }
 
     /// Pushes `config` to every ready pod that has not confirmed it, honouring per-pod
-    /// backoff, and reports how many ready pods run it.
-    pub async fn sync(
+    /// backoff, and reports how many ready pods run it. `token` is asked for only when some pod
+    /// is due a push (a token costs a TokenRequest).
+    pub async fn sync<F, Fut>(
         &self,
         pods: &[PodInfo],
         config: &WorkerConfig,
-        token: Option<&str>,
+        token: F,
         recorder: &dyn PushRecorder,
         dry_run: bool,
-    ) -> PushReport {
+    ) -> PushReport
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Option<String>>,
+    {
         let now = Instant::now();
         let ready: Vec<&PodInfo> = pods.iter().filter(|p| p.ready && p.ip.is_some()).collect();
         let body = match serde_json::to_vec(config) {
@@ -193,7 +250,7 @@ impl Pusher {
                 !confirmed && !waiting && !dry_run
             })
             .collect();
-        let token: Option<String> = token.map(str::to_owned);
+        let token: Option<String> = if due.is_empty() { None } else { token().await };
         let due: Vec<PodInfo> = due.into_iter().cloned().collect();
         let results: Vec<(String, String, Result<ConfigAck, String>)> = futures::stream::iter(due)
             .map(|pod: PodInfo| {

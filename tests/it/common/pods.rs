@@ -1,6 +1,7 @@
 //! Pods of a test workload: real Pod objects (Ready, podIP 127.0.0.1) whose admin port is a
 //! real `backpressure-worker` admin server that verifies pushes with a TokenReview against the
-//! test control plane, accepting only the operator's ServiceAccount.
+//! test control plane, accepting only the operator's ServiceAccount and only tokens for its own
+//! target (audience `backpressure.dev/<namespace>/<app>`: the app is the workload name).
 
 use std::sync::Arc;
 
@@ -80,7 +81,7 @@ pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> 
         index as u64,
     ));
     let state = ConfigState::new(gate, initial, None);
-    let verifier = Arc::new(TokenReviewVerifier::new(client.clone()));
+    let verifier = Arc::new(TokenReviewVerifier::new(client.clone(), ns, app));
     let admin = Arc::new(Admin::new(state.clone(), None).with_verifier(
         verifier,
         [service_account_username(OPERATOR_NAMESPACE, OPERATOR_SA)],
