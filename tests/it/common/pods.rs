@@ -24,6 +24,8 @@ pub struct FakePod {
     pub name: String,
     /// The worker library's configuration state (what the pod runs).
     pub state: ConfigState,
+    /// The admin server's address (what the Pod's IP and admin port annotation say).
+    pub addr: std::net::SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -87,7 +89,8 @@ pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> 
         [service_account_username(OPERATOR_NAMESPACE, OPERATOR_SA)],
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let addr = listener.local_addr().unwrap();
+    let port = addr.port();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(admin.serve(listener, async move {
         let _ = rx.await;
@@ -98,6 +101,7 @@ pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> 
     FakePod {
         name,
         state,
+        addr,
         stop: Some(tx),
     }
 }

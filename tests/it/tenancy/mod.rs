@@ -2,6 +2,8 @@
 //! namespace can reach through the operator. Each attack of `docs/security.md` is one test,
 //! acting as a [`Tenant`]; each fails when the protection it names is removed.
 
+mod push;
+
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
