@@ -361,6 +361,29 @@ impl Admin {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
+        self.accept_loop(listener, None, shutdown).await
+    }
+
+    /// [`Admin::serve`] over TLS with `config` (see [`super::tls`]): every connection must
+    /// complete a TLS handshake within the header timeout; plain HTTP is not answered.
+    #[cfg(feature = "tls")]
+    pub async fn serve_tls(
+        self: Arc<Self>,
+        listener: TcpListener,
+        config: Arc<rustls::ServerConfig>,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        self.accept_loop(listener, Some(acceptor), shutdown).await
+    }
+
+    async fn accept_loop(
+        self: Arc<Self>,
+        listener: TcpListener,
+        #[cfg(feature = "tls")] tls: Option<tokio_rustls::TlsAcceptor>,
+        #[cfg(not(feature = "tls"))] tls: Option<std::convert::Infallible>,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -375,11 +398,35 @@ impl Admin {
                 },
             };
             let admin = self.clone();
-            tokio::spawn(async move { admin.connection(stream, peer).await });
+            match &tls {
+                None => {
+                    tokio::spawn(async move { admin.connection(TokioIo::new(stream), peer).await });
+                }
+                #[cfg(feature = "tls")]
+                Some(acceptor) => {
+                    let acceptor = acceptor.clone();
+                    tokio::spawn(async move {
+                        let handshake =
+                            tokio::time::timeout(admin.header_timeout, acceptor.accept(stream));
+                        match handshake.await {
+                            Ok(Ok(tls)) => admin.connection(TokioIo::new(tls), peer).await,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "admin TLS handshake failed");
+                            }
+                            Err(_) => tracing::debug!(%peer, "admin TLS handshake timed out"),
+                        }
+                    });
+                }
+                #[cfg(not(feature = "tls"))]
+                Some(never) => match *never {},
+            }
         }
     }
 
-    async fn connection(self: Arc<Self>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    async fn connection<I>(self: Arc<Self>, io: I, peer: SocketAddr)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
         let admin = self.clone();
         let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
             let admin = admin.clone();
@@ -390,10 +437,7 @@ impl Admin {
         builder
             .timer(TokioTimer::new())
             .header_read_timeout(self.header_timeout);
-        if let Err(e) = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .await
-        {
+        if let Err(e) = builder.serve_connection(io, service).await {
             tracing::debug!(%peer, error = %e, "admin connection ended with an error");
         }
     }

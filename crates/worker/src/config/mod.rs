@@ -14,6 +14,8 @@
 //! does not run. A refusal shows up instead as `ConfigPushFailed` with the field named.
 
 pub mod admin;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod token;
 
 use std::fmt;
