@@ -85,6 +85,12 @@ pub struct RunArgs {
     #[arg(long, env = "SERVICE_ACCOUNT_NAME")]
     pub service_account: Option<String>,
 
+    /// PEM bundle of the CA(s) that issue the workers' admin certificates. Pods annotated
+    /// `backpressure.dev/admin-scheme: https` are pushed to over TLS, verified against these
+    /// roots and the name `<workload>.<namespace>.svc`; without this flag they are not pushed to.
+    #[arg(long, env = "BP_PUSH_CA_FILE")]
+    pub push_ca_file: Option<std::path::PathBuf>,
+
     /// Age at which a push token is replaced (at most 5m, the default). Hidden: tests shorten it
     /// to see a rotation.
     #[arg(long, env = "BP_PUSH_TOKEN_RENEW", default_value = "5m", value_parser = parse_duration, hide = true)]

@@ -91,6 +91,8 @@ pub struct RunOptions {
     pub identity: Option<Identity>,
     /// Age at which a push token is replaced.
     pub push_token_renew: Duration,
+    /// TLS client configuration for pods whose admin port is HTTPS (`--push-ca-file`).
+    pub push_tls: Option<Arc<rustls::ClientConfig>>,
     /// This replica's name in events.
     pub reporter_instance: String,
     /// Operator metrics.
@@ -114,6 +116,7 @@ pub async fn run(
         settings,
         identity,
         push_token_renew,
+        push_tls,
         reporter_instance,
         metrics,
         health,
@@ -211,7 +214,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         failures: std::sync::Mutex::new(std::collections::HashMap::new()),
         hub,
-        pusher: Pusher::new().map_err(RunError::Http)?,
+        pusher: Pusher::new().map_err(RunError::Http)?.with_tls(push_tls),
         tokens: TokenSource::new(identity, push_token_renew),
         recorder: Recorder::new(
             client.clone(),

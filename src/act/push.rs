@@ -9,12 +9,20 @@
 //! audience (at most [`TOKEN_CACHE_MAX`]) and minted again after half their lifetime, so a
 //! token in use always has minutes left; one is minted only when a pod is due a push.
 //!
+//! A pod whose annotation [`wire::ADMIN_SCHEME_ANNOTATION`] says `https` is pushed to over TLS
+//! only: the operator connects to the pod IP and verifies the certificate against the CA bundle
+//! of `--push-ca-file` and the name [`wire::admin_server_name`]`(namespace, workload)`
+//! (`<workload>.<namespace>.svc`); without a CA bundle such a pod is not pushed to at all (never
+//! in clear text). Other pods are pushed to over plain HTTP.
+//!
 //! A pod that refuses or times out is retried with exponential backoff and counted as out of
 //! sync; pushes run concurrently with a short timeout, so one slow pod never holds up the
 //! reconcile of other objects.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use backpressure_api::wire::{self, ConfigAck, WorkerConfig};
@@ -24,6 +32,37 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 
 use crate::observe::target::PodInfo;
+
+/// The TLS client configuration for HTTPS pushes: the certificates of the PEM bundle `ca_file`
+/// as the only roots (not the system's: the workers' issuer is the cluster's own CA), TLS 1.2
+/// and 1.3, HTTP/1.1.
+pub fn push_tls_config(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca_file)
+        .map_err(|e| format!("{}: {e}", ca_file.display()))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| format!("{}: {e}", ca_file.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", ca_file.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "{}: no CA certificate in the file",
+            ca_file.display()
+        ));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
 
 /// Timeout of one push.
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -164,6 +203,7 @@ pub struct PushReport {
 #[derive(Debug)]
 pub struct Pusher {
     http: reqwest::Client,
+    tls: Option<Arc<rustls::ClientConfig>>,
     state: Mutex<HashMap<String, PodPushState>>,
     semaphore: tokio::sync::Semaphore,
 }
@@ -177,9 +217,16 @@ impl Pusher {
             .build()?;
         Ok(Self {
             http,
+            tls: None,
             state: Mutex::new(HashMap::new()),
             semaphore: tokio::sync::Semaphore::new(PUSH_CONCURRENCY),
         })
+    }
+
+    /// Pushes to pods that declare `https` with `config` (see [`push_tls_config`]).
+    pub fn with_tls(mut self, config: Option<Arc<rustls::ClientConfig>>) -> Self {
+        self.tls = config;
+        self
     }
 
     fn snapshot(&self, uid: &str) -> Option<PodPushState> {
@@ -208,11 +255,13 @@ impl Pusher {
 
     /// Pushes `config` to every ready pod that has not confirmed it, honouring per-pod
     /// backoff, and reports how many ready pods run it. `token` is asked for only when some pod
-    /// is due a push (a token costs a TokenRequest).
+    /// is due a push (a token costs a TokenRequest). `server_name` is the name an HTTPS pod's
+    /// certificate must carry.
     pub async fn sync<F, Fut>(
         &self,
         pods: &[PodInfo],
         config: &WorkerConfig,
+        server_name: &str,
         token: F,
         recorder: &dyn PushRecorder,
         dry_run: bool,
@@ -258,7 +307,9 @@ impl Pusher {
                 let token = token.clone();
                 async move {
                     let _permit = self.semaphore.acquire().await;
-                    let r = self.push_one(&pod, body, token.as_deref()).await;
+                    let r = self
+                        .push_one(&pod, body, server_name, token.as_deref())
+                        .await;
                     (pod.uid, pod.name, r)
                 }
             })
@@ -307,15 +358,46 @@ impl Pusher {
         &self,
         pod: &PodInfo,
         body: Vec<u8>,
+        server_name: &str,
         token: Option<&str>,
     ) -> Result<ConfigAck, String> {
         let ip = pod.ip.as_deref().ok_or("no pod IP")?;
+        let (status, text) = if pod.tls {
+            let Some(tls) = &self.tls else {
+                return Err(
+                    "the pod's admin port is https and the operator has no --push-ca-file to verify it"
+                        .into(),
+                );
+            };
+            let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("pod IP {ip:?}: {e}"))?;
+            let addr = SocketAddr::new(ip, pod.admin_port);
+            tokio::time::timeout(PUSH_TIMEOUT, https_put(tls, addr, server_name, body, token))
+                .await
+                .map_err(|_| format!("timed out after {PUSH_TIMEOUT:?}"))??
+        } else {
+            self.http_put(ip, pod.admin_port, body, token).await?
+        };
+        if !(200..300).contains(&status) {
+            let snippet: String = text.chars().take(200).collect();
+            return Err(format!("HTTP {status}: {snippet}"));
+        }
+        serde_json::from_str::<ConfigAck>(&text)
+            .map_err(|e| format!("unreadable acknowledgement: {e}"))
+    }
+
+    async fn http_put(
+        &self,
+        ip: &str,
+        port: u16,
+        body: Vec<u8>,
+        token: Option<&str>,
+    ) -> Result<(u16, String), String> {
         let host = if ip.contains(':') {
             format!("[{ip}]")
         } else {
             ip.to_owned()
         };
-        let url = format!("http://{host}:{}{}", pod.admin_port, wire::CONFIG_PATH);
+        let url = format!("http://{host}:{port}{}", wire::CONFIG_PATH);
         let mut req = self
             .http
             .put(&url)
@@ -331,13 +413,64 @@ impl Pusher {
                 format!("connection failed: {e}")
             }
         })?;
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        if !status.is_success() {
-            let snippet: String = text.chars().take(200).collect();
-            return Err(format!("HTTP {}: {snippet}", status.as_u16()));
-        }
-        serde_json::from_str::<ConfigAck>(&text)
-            .map_err(|e| format!("unreadable acknowledgement: {e}"))
+        let status = resp.status().as_u16();
+        Ok((status, resp.text().await.unwrap_or_default()))
     }
+}
+
+/// Largest acknowledgement read from a worker.
+const MAX_ACK_BYTES: usize = 64 * 1024;
+
+/// One `PUT` [`wire::CONFIG_PATH`] over TLS to `addr`, verifying `server_name`; the status and
+/// body.
+async fn https_put(
+    tls: &Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    server_name: &str,
+    body: Vec<u8>,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt as _, Full, Limited};
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
+        .map_err(|e| format!("invalid server name {server_name:?}: {e}"))?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connection failed: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(tls.clone())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake (expecting {server_name}): {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP over TLS: {e}"))?;
+    let driver = tokio::spawn(connection);
+    let mut req = http::Request::builder()
+        .method(http::Method::PUT)
+        .uri(wire::CONFIG_PATH)
+        .header(http::header::HOST, server_name)
+        .header(http::header::CONTENT_TYPE, "application/json");
+    if let Some(t) = token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let result = async {
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("HTTP over TLS: {e}"))?;
+        let status = resp.status().as_u16();
+        let bytes = Limited::new(resp.into_body(), MAX_ACK_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    }
+    .await;
+    driver.abort();
+    result
 }

@@ -325,7 +325,14 @@ pub async fn config_step(
     };
     let report = ctx
         .pusher
-        .sync(pods, &config, token, &*ctx.metrics, quiet)
+        .sync(
+            pods,
+            &config,
+            &wire::admin_server_name(ns, &eff.metrics.workload),
+            token,
+            &*ctx.metrics,
+            quiet,
+        )
         .await;
     let mut notes = Vec::new();
     if let Some((pod, why)) = report.failed.first() {

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use crate::common::badpods::{self, Refusal};
 use crate::common::operator::operator_user;
+use crate::common::pods::{self, TlsFiles};
 use crate::common::scene::{Scene, has_condition, spec, tail, wait_for};
 use crate::common::serial;
 use crate::common::tenant::Tenant;
@@ -218,4 +219,109 @@ async fn legitimate_pushes_keep_working_across_token_rotation() {
         "{}",
         tail(&log, 40)
     );
+}
+
+/// A CA for the workers' admin certificates, as cert-manager's issuer would be.
+struct TestCa {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    fn new() -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let pem = params.self_signed(&key).unwrap().pem();
+        TestCa {
+            pem,
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A certificate for DNS name `name` signed by this CA.
+    fn issue(&self, name: &str) -> TlsFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .signed_by(&key, &self.issuer)
+            .unwrap();
+        TlsFiles {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// Pods that serve their admin port over HTTPS get the config over TLS, verified against the
+/// operator's CA bundle and the workload's name; a pod with a certificate for another workload
+/// (same CA) or from another CA is not pushed to (its token would go to an impostor).
+#[tokio::test]
+async fn https_workers_get_the_config_only_with_the_workloads_certificate() {
+    let _serial = serial().await;
+    let mut w = World::builder("tls").replicas(3).start().await;
+    let env = w.scene.env;
+    let ns = w.scene.ns.clone();
+    let ca = TestCa::new();
+    let ca_file = env
+        .dir()
+        .join(format!("push-ca-{}.pem", backpressure_envtest::unique()));
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let good = pods::start_tls(
+        env,
+        &ns,
+        "w",
+        0,
+        &ca.issue(&wire::admin_server_name(&ns, "w")),
+    )
+    .await;
+    let impostor = pods::start_tls(
+        env,
+        &ns,
+        "w",
+        1,
+        &ca.issue(&wire::admin_server_name("elsewhere", "w")),
+    )
+    .await;
+    let stranger = pods::start_tls(
+        env,
+        &ns,
+        "w",
+        2,
+        &TestCa::new().issue(&wire::admin_server_name(&ns, "w")),
+    )
+    .await;
+    w.apply(json!({"worker": {"maxPermits": 6}})).await;
+    let url = w.prom.url();
+    let flag = format!("--push-ca-file={}", ca_file.display());
+    w.start_operator_with(&url, &[&flag]).await;
+
+    let s = w
+        .wait_status(
+            Duration::from_secs(40),
+            "1 of 3 pods in sync (the HTTPS pod with the right certificate)",
+            |s| {
+                s.config
+                    .as_ref()
+                    .is_some_and(|c| c.pods_in_sync == 1 && c.pods_total == 3)
+                    && has_condition(s, cond::CONFIG_IN_SYNC, "False")
+            },
+        )
+        .await;
+    let hash = s.config.unwrap().hash;
+    assert_eq!(good.running().hash, hash);
+    assert_eq!(good.running().max_permits, 6);
+    // The others never got a push: they run their initial config.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for p in [&impostor, &stranger] {
+        assert_eq!(
+            p.running(),
+            WorkerConfig::default().with_hash(),
+            "{}",
+            p.name
+        );
+    }
+    let events = w.scene.events_of("w", "ConfigPushFailed").await;
+    let text: Vec<String> = events.iter().filter_map(|e| e.note.clone()).collect();
+    assert!(text.iter().any(|t| t.contains("TLS handshake")), "{text:?}");
 }
