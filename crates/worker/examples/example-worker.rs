@@ -50,6 +50,12 @@ struct Args {
         value_delimiter = ','
     )]
     allowed_identities: Vec<String>,
+    /// PEM certificate (chain) of the admin port: serve HTTPS (with `--tls-key`).
+    #[arg(long, env = "BP_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of the admin port's certificate.
+    #[arg(long, env = "BP_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     /// Messages put on the queue at start.
     #[arg(long, env = "BP_MESSAGES", default_value_t = 1000)]
     messages: u32,
@@ -149,7 +155,19 @@ async fn main() -> anyhow::Result<()> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    tokio::spawn(Arc::new(admin).serve(listener, stopped(stop_rx.clone())));
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            // HTTPS from the mounted Secret (cert-manager's tls.crt / tls.key), reloaded when
+            // renewed; annotate the pod `backpressure.dev/admin-scheme: https`.
+            let files = backpressure_worker::config::tls::CertFiles::load(cert, key)?;
+            let config = backpressure_worker::config::tls::server_config(files)?;
+            tokio::spawn(Arc::new(admin).serve_tls(listener, config, stopped(stop_rx.clone())));
+        }
+        (None, None) => {
+            tokio::spawn(Arc::new(admin).serve(listener, stopped(stop_rx.clone())));
+        }
+        _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+    }
     if let Some(path) = &args.config_file {
         let watcher = FileWatcher::new(state.clone(), path);
         tokio::spawn(watcher.run(DEFAULT_FILE_POLL, stopped(stop_rx.clone())));
