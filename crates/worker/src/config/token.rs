@@ -9,11 +9,11 @@
 //!
 //! A TokenReview costs the API server a request, so before one is made the verifier
 //!
-//! 1. answers from a short cache of positive reviews (keyed by a SHA-256 of the token);
-//! 2. checks the token locally ([`check_jwt`]): three base64url parts, a JSON payload, `exp` in
+//! 1. checks the token locally ([`check_jwt`]): three base64url parts, a JSON payload, `exp` in
 //!    the future and our audience in `aud`. The signature is not checked (the TokenReview stays
 //!    the authority); this only keeps garbage, expired tokens and other targets' tokens away from
 //!    the API server;
+//! 2. answers from a short cache of positive reviews (keyed by a SHA-256 of the token);
 //! 3. refuses a token the API server refused in the last [`DEFAULT_NEGATIVE_TTL`] (a
 //!    [`NegativeCache`], also keyed by the token's SHA-256).
 //!
@@ -301,11 +301,12 @@ mod review {
         }
 
         async fn review(&self, token: &str) -> Result<Identity, VerifyError> {
+            // First, so that a cached token stops working at its `exp`, not up to a TTL later.
+            check_jwt(token, &self.audience, unix_now()).map_err(VerifyError::Unauthenticated)?;
             let key = token_key(token);
             if let Some(id) = self.cached(&key) {
                 return Ok(id);
             }
-            check_jwt(token, &self.audience, unix_now()).map_err(VerifyError::Unauthenticated)?;
             if self.refused.contains(&key) {
                 return Err(VerifyError::Unauthenticated(
                     "token refused by the API server within the last seconds".into(),
