@@ -104,10 +104,22 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
 
-    /// The operator's ServiceAccount (in `--namespace`), whose tokens with audience
-    /// backpressure.dev authenticate config pushes. Default: learned from a SelfSubjectReview.
+    /// The operator's ServiceAccount (in `--namespace`), whose tokens (one per target, audience
+    /// backpressure.dev/<namespace>/<workload>) authenticate config pushes. Default: learned
+    /// from a SelfSubjectReview.
     #[arg(long, env = "SERVICE_ACCOUNT_NAME")]
     pub service_account: Option<String>,
+
+    /// PEM bundle of the CA(s) that issue the workers' admin certificates. Pods annotated
+    /// `backpressure.dev/admin-scheme: https` are pushed to over TLS, verified against these
+    /// roots and the name `<workload>.<namespace>.svc`; without this flag they are not pushed to.
+    #[arg(long, env = "BP_PUSH_CA_FILE")]
+    pub push_ca_file: Option<std::path::PathBuf>,
+
+    /// Age at which a push token is replaced (at most 5m, the default). Hidden: tests shorten it
+    /// to see a rotation.
+    #[arg(long, env = "BP_PUSH_TOKEN_RENEW", default_value = "5m", value_parser = parse_duration, hide = true)]
+    pub push_token_renew: Duration,
 
     /// Log filter when `RUST_LOG` is unset (error, warn, info, debug, trace).
     #[arg(long, env = "BP_LOG_LEVEL", default_value = "info")]

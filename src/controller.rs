@@ -89,6 +89,10 @@ pub struct RunOptions {
     pub settings: Settings,
     /// The operator's ServiceAccount, for push tokens.
     pub identity: Option<Identity>,
+    /// Age at which a push token is replaced.
+    pub push_token_renew: Duration,
+    /// TLS client configuration for pods whose admin port is HTTPS (`--push-ca-file`).
+    pub push_tls: Option<Arc<rustls::ClientConfig>>,
     /// This replica's name in events.
     pub reporter_instance: String,
     /// Operator metrics.
@@ -111,6 +115,8 @@ pub async fn run(
     let RunOptions {
         settings,
         identity,
+        push_token_renew,
+        push_tls,
         reporter_instance,
         metrics,
         health,
@@ -208,8 +214,8 @@ pub async fn run(
     let ctx = Arc::new(Context {
         failures: std::sync::Mutex::new(std::collections::HashMap::new()),
         hub,
-        pusher: Pusher::new().map_err(RunError::Http)?,
-        tokens: TokenSource::new(identity),
+        pusher: Pusher::new().map_err(RunError::Http)?.with_tls(push_tls),
+        tokens: TokenSource::new(identity, push_token_renew),
         recorder: Recorder::new(
             client.clone(),
             backpressure_api::FIELD_MANAGER.into(),

@@ -103,6 +103,11 @@ pub async fn run(args: cli::RunArgs) -> anyhow::Result<()> {
     let options = controller::RunOptions {
         settings,
         identity,
+        push_token_renew: args.push_token_renew,
+        push_tls: match &args.push_ca_file {
+            Some(path) => Some(act::push::push_tls_config(path).map_err(anyhow::Error::msg)?),
+            None => None,
+        },
         reporter_instance: instance,
         metrics,
         health,

@@ -1,13 +1,28 @@
 //! Pushing the worker configuration to each ready pod's admin port.
 //!
-//! The push is authenticated with a ServiceAccount token of the operator's own identity,
-//! audience `backpressure.dev`, minted through the TokenRequest API and reused until it nears
-//! expiry. A pod that refuses or times out is retried with exponential backoff and counted as
-//! out of sync; pushes run concurrently with a short timeout, so one slow pod never holds up the
+//! The push is authenticated with a ServiceAccount token of the operator's own identity, minted
+//! through the TokenRequest API for one target only: audience
+//! [`wire::push_audience`]`(namespace, workload)`, lifetime [`TOKEN_LIFETIME`] (the API's
+//! minimum). Workers accept only their own audience, so a token a pod receives (a pod of the
+//! target is whatever the target's selector matches, which a namespace owner controls) cannot
+//! configure another target's workers, and it expires within minutes. Tokens are cached per
+//! audience (at most [`TOKEN_CACHE_MAX`]) and minted again after half their lifetime, so a
+//! token in use always has minutes left; one is minted only when a pod is due a push.
+//!
+//! A pod whose annotation [`wire::ADMIN_SCHEME_ANNOTATION`] says `https` is pushed to over TLS
+//! only: the operator connects to the pod IP and verifies the certificate against the CA bundle
+//! of `--push-ca-file` and the name [`wire::admin_server_name`]`(namespace, workload)`
+//! (`<workload>.<namespace>.svc`); without a CA bundle such a pod is not pushed to at all (never
+//! in clear text). Other pods are pushed to over plain HTTP.
+//!
+//! A pod that refuses or times out is retried with exponential backoff and counted as out of
+//! sync; pushes run concurrently with a short timeout, so one slow pod never holds up the
 //! reconcile of other objects.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use backpressure_api::wire::{self, ConfigAck, WorkerConfig};
@@ -17,6 +32,37 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 
 use crate::observe::target::PodInfo;
+
+/// The TLS client configuration for HTTPS pushes: the certificates of the PEM bundle `ca_file`
+/// as the only roots (not the system's: the workers' issuer is the cluster's own CA), TLS 1.2
+/// and 1.3, HTTP/1.1.
+pub fn push_tls_config(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca_file)
+        .map_err(|e| format!("{}: {e}", ca_file.display()))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| format!("{}: {e}", ca_file.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", ca_file.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "{}: no CA certificate in the file",
+            ca_file.display()
+        ));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
 
 /// Timeout of one push.
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -41,39 +87,84 @@ pub struct Identity {
     pub name: String,
 }
 
-/// Mints and caches the push token.
+/// Lifetime asked for each push token: the TokenRequest API's minimum (10 minutes).
+pub const TOKEN_LIFETIME: Duration = Duration::from_secs(600);
+/// Default age at which a cached token is replaced: half its lifetime, so a token sent always
+/// has at least five minutes left (more than any clock skew a worker tolerates).
+pub const DEFAULT_TOKEN_RENEW: Duration = Duration::from_secs(300);
+/// Most tokens cached (one per target audience, about 1 KiB each). Beyond it, tokens due for
+/// renewal are dropped, then the oldest: a larger fleet mints more often, never more memory.
+pub const TOKEN_CACHE_MAX: usize = 4096;
+
+/// Mints and caches the push tokens, one per target audience.
 #[derive(Debug)]
 pub struct TokenSource {
     identity: Option<Identity>,
-    cached: tokio::sync::Mutex<Option<(String, Instant)>>,
+    renew_after: Duration,
+    cached: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 impl TokenSource {
-    /// A source for `identity` (None: pushes carry no token and workers will refuse them).
-    pub fn new(identity: Option<Identity>) -> Self {
+    /// A source for `identity` (None: pushes carry no token and workers will refuse them),
+    /// renewing each token after `renew_after` (at most [`DEFAULT_TOKEN_RENEW`]).
+    pub fn new(identity: Option<Identity>, renew_after: Duration) -> Self {
         Self {
             identity,
-            cached: tokio::sync::Mutex::new(None),
+            renew_after: renew_after.min(DEFAULT_TOKEN_RENEW),
+            cached: Mutex::new(HashMap::new()),
         }
     }
 
-    /// A valid token, minting a new one when the cached one is older than 80% of its lifetime.
-    pub async fn token(&self, client: &kube::Client) -> Result<Option<String>, kube::Error> {
+    fn cached(&self, audience: &str) -> Option<String> {
+        let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        cached
+            .get(audience)
+            .filter(|(_, renew_at)| Instant::now() < *renew_at)
+            .map(|(token, _)| token.clone())
+    }
+
+    fn remember(&self, audience: &str, token: &str, renew_at: Instant) {
+        let now = Instant::now();
+        let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.len() >= TOKEN_CACHE_MAX && !cached.contains_key(audience) {
+            cached.retain(|_, (_, at)| *at > now);
+            while cached.len() >= TOKEN_CACHE_MAX {
+                let Some(oldest) = cached
+                    .iter()
+                    .min_by_key(|(_, (_, at))| *at)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                cached.remove(&oldest);
+            }
+        }
+        cached.insert(audience.to_owned(), (token.to_owned(), renew_at));
+    }
+
+    /// Tokens cached.
+    pub fn cached_len(&self) -> usize {
+        self.cached.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// A valid token for `audience`, minted when none is cached or the cached one is due for
+    /// renewal. Two reconciles racing for the same audience may both mint; either token works.
+    pub async fn token(
+        &self,
+        client: &kube::Client,
+        audience: &str,
+    ) -> Result<Option<String>, kube::Error> {
         let Some(id) = &self.identity else {
             return Ok(None);
         };
-        let mut cached = self.cached.lock().await;
-        if let Some((token, renew_at)) = cached.as_ref()
-            && Instant::now() < *renew_at
-        {
-            return Ok(Some(token.clone()));
+        if let Some(token) = self.cached(audience) {
+            return Ok(Some(token));
         }
-        let lifetime: i64 = 3600;
         let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &id.namespace);
         let req = TokenRequest {
             spec: TokenRequestSpec {
-                audiences: vec![wire::TOKEN_AUDIENCE.to_owned()],
-                expiration_seconds: Some(lifetime),
+                audiences: vec![audience.to_owned()],
+                expiration_seconds: Some(TOKEN_LIFETIME.as_secs() as i64),
                 ..Default::default()
             },
             ..Default::default()
@@ -82,8 +173,8 @@ impl TokenSource {
             .create_token_request(&id.name, &PostParams::default(), &req)
             .await?;
         let token = resp.status.map(|s| s.token).unwrap_or_default();
-        let renew_at = Instant::now() + Duration::from_secs((lifetime as u64) * 8 / 10);
-        *cached = Some((token.clone(), renew_at));
+        tracing::debug!(audience, "minted a push token");
+        self.remember(audience, &token, Instant::now() + self.renew_after);
         Ok(Some(token))
     }
 }
@@ -112,6 +203,7 @@ pub struct PushReport {
 #[derive(Debug)]
 pub struct Pusher {
     http: reqwest::Client,
+    tls: Option<Arc<rustls::ClientConfig>>,
     state: Mutex<HashMap<String, PodPushState>>,
     semaphore: tokio::sync::Semaphore,
 }
@@ -125,9 +217,16 @@ impl Pusher {
             .build()?;
         Ok(Self {
             http,
+            tls: None,
             state: Mutex::new(HashMap::new()),
             semaphore: tokio::sync::Semaphore::new(PUSH_CONCURRENCY),
         })
+    }
+
+    /// Pushes to pods that declare `https` with `config` (see [`push_tls_config`]).
+    pub fn with_tls(mut self, config: Option<Arc<rustls::ClientConfig>>) -> Self {
+        self.tls = config;
+        self
     }
 
     fn snapshot(&self, uid: &str) -> Option<PodPushState> {
@@ -155,15 +254,22 @@ impl Pusher {
     }
 
     /// Pushes `config` to every ready pod that has not confirmed it, honouring per-pod
-    /// backoff, and reports how many ready pods run it.
-    pub async fn sync(
+    /// backoff, and reports how many ready pods run it. `token` is asked for only when some pod
+    /// is due a push (a token costs a TokenRequest). `server_name` is the name an HTTPS pod's
+    /// certificate must carry.
+    pub async fn sync<F, Fut>(
         &self,
         pods: &[PodInfo],
         config: &WorkerConfig,
-        token: Option<&str>,
+        server_name: &str,
+        token: F,
         recorder: &dyn PushRecorder,
         dry_run: bool,
-    ) -> PushReport {
+    ) -> PushReport
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Option<String>>,
+    {
         let now = Instant::now();
         let ready: Vec<&PodInfo> = pods.iter().filter(|p| p.ready && p.ip.is_some()).collect();
         let body = match serde_json::to_vec(config) {
@@ -193,7 +299,7 @@ impl Pusher {
                 !confirmed && !waiting && !dry_run
             })
             .collect();
-        let token: Option<String> = token.map(str::to_owned);
+        let token: Option<String> = if due.is_empty() { None } else { token().await };
         let due: Vec<PodInfo> = due.into_iter().cloned().collect();
         let results: Vec<(String, String, Result<ConfigAck, String>)> = futures::stream::iter(due)
             .map(|pod: PodInfo| {
@@ -201,7 +307,9 @@ impl Pusher {
                 let token = token.clone();
                 async move {
                     let _permit = self.semaphore.acquire().await;
-                    let r = self.push_one(&pod, body, token.as_deref()).await;
+                    let r = self
+                        .push_one(&pod, body, server_name, token.as_deref())
+                        .await;
                     (pod.uid, pod.name, r)
                 }
             })
@@ -250,15 +358,46 @@ impl Pusher {
         &self,
         pod: &PodInfo,
         body: Vec<u8>,
+        server_name: &str,
         token: Option<&str>,
     ) -> Result<ConfigAck, String> {
         let ip = pod.ip.as_deref().ok_or("no pod IP")?;
+        let (status, text) = if pod.tls {
+            let Some(tls) = &self.tls else {
+                return Err(
+                    "the pod's admin port is https and the operator has no --push-ca-file to verify it"
+                        .into(),
+                );
+            };
+            let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("pod IP {ip:?}: {e}"))?;
+            let addr = SocketAddr::new(ip, pod.admin_port);
+            tokio::time::timeout(PUSH_TIMEOUT, https_put(tls, addr, server_name, body, token))
+                .await
+                .map_err(|_| format!("timed out after {PUSH_TIMEOUT:?}"))??
+        } else {
+            self.http_put(ip, pod.admin_port, body, token).await?
+        };
+        if !(200..300).contains(&status) {
+            let snippet: String = text.chars().take(200).collect();
+            return Err(format!("HTTP {status}: {snippet}"));
+        }
+        serde_json::from_str::<ConfigAck>(&text)
+            .map_err(|e| format!("unreadable acknowledgement: {e}"))
+    }
+
+    async fn http_put(
+        &self,
+        ip: &str,
+        port: u16,
+        body: Vec<u8>,
+        token: Option<&str>,
+    ) -> Result<(u16, String), String> {
         let host = if ip.contains(':') {
             format!("[{ip}]")
         } else {
             ip.to_owned()
         };
-        let url = format!("http://{host}:{}{}", pod.admin_port, wire::CONFIG_PATH);
+        let url = format!("http://{host}:{port}{}", wire::CONFIG_PATH);
         let mut req = self
             .http
             .put(&url)
@@ -274,13 +413,64 @@ impl Pusher {
                 format!("connection failed: {e}")
             }
         })?;
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        if !status.is_success() {
-            let snippet: String = text.chars().take(200).collect();
-            return Err(format!("HTTP {}: {snippet}", status.as_u16()));
-        }
-        serde_json::from_str::<ConfigAck>(&text)
-            .map_err(|e| format!("unreadable acknowledgement: {e}"))
+        let status = resp.status().as_u16();
+        Ok((status, resp.text().await.unwrap_or_default()))
     }
+}
+
+/// Largest acknowledgement read from a worker.
+const MAX_ACK_BYTES: usize = 64 * 1024;
+
+/// One `PUT` [`wire::CONFIG_PATH`] over TLS to `addr`, verifying `server_name`; the status and
+/// body.
+async fn https_put(
+    tls: &Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    server_name: &str,
+    body: Vec<u8>,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt as _, Full, Limited};
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
+        .map_err(|e| format!("invalid server name {server_name:?}: {e}"))?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connection failed: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(tls.clone())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake (expecting {server_name}): {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP over TLS: {e}"))?;
+    let driver = tokio::spawn(connection);
+    let mut req = http::Request::builder()
+        .method(http::Method::PUT)
+        .uri(wire::CONFIG_PATH)
+        .header(http::header::HOST, server_name)
+        .header(http::header::CONTENT_TYPE, "application/json");
+    if let Some(t) = token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let result = async {
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("HTTP over TLS: {e}"))?;
+        let status = resp.status().as_u16();
+        let bytes = Limited::new(resp.into_body(), MAX_ACK_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    }
+    .await;
+    driver.abort();
+    result
 }

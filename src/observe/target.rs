@@ -182,6 +182,8 @@ pub struct PodInfo {
     pub ip: Option<String>,
     /// Admin port: the container port named `bp-admin`, the annotation, or the default.
     pub admin_port: u16,
+    /// The admin port speaks HTTPS (annotation `backpressure.dev/admin-scheme: https`).
+    pub tls: bool,
 }
 
 impl PodInfo {
@@ -214,12 +216,19 @@ impl PodInfo {
         let admin_port = annotated
             .or_else(|| named.and_then(|p| u16::try_from(p).ok()))
             .unwrap_or(wire::DEFAULT_ADMIN_PORT);
+        let tls = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(wire::ADMIN_SCHEME_ANNOTATION))
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
         Some(PodInfo {
             name,
             uid,
             ready,
             ip,
             admin_port,
+            tls,
         })
     }
 }

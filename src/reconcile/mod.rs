@@ -36,7 +36,7 @@ use backpressure_api::conditions as cond;
 use backpressure_api::v1alpha1::{
     ConfigStatus, Mode, WorkerBackpressure, WorkerBackpressureStatus,
 };
-use backpressure_api::wire::WorkerConfig;
+use backpressure_api::wire::{self, WorkerConfig};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
@@ -321,16 +321,27 @@ pub async fn config_step(
             ));
         }
     }
-    let token = match ctx.tokens.token(&ctx.client).await {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot mint the config push token");
-            None
+    // The token names this target only: workers of another namespace or workload refuse it.
+    let audience = wire::push_audience(ns, &eff.metrics.workload);
+    let token = || async {
+        match ctx.tokens.token(&ctx.client, &audience).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot mint the config push token");
+                None
+            }
         }
     };
     let report = ctx
         .pusher
-        .sync(pods, &config, token.as_deref(), &*ctx.metrics, quiet)
+        .sync(
+            pods,
+            &config,
+            &wire::admin_server_name(ns, &eff.metrics.workload),
+            token,
+            &*ctx.metrics,
+            quiet,
+        )
         .await;
     let mut notes = Vec::new();
     if let Some((pod, why)) = report.failed.first() {

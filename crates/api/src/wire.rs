@@ -5,13 +5,20 @@
 //! 1. Reading a [`WorkerConfig`] JSON document from a mounted file ([`CONFIG_FILE_NAME`] in the
 //!    ConfigMap the operator owns) and hot-reloading it when the file changes, and accepting the
 //!    same document as `PUT` [`CONFIG_PATH`] on its admin port ([`ADMIN_PORT_NAME`], default
-//!    [`DEFAULT_ADMIN_PORT`]). A push carries `Authorization: Bearer <token>`, a ServiceAccount
-//!    token with audience [`TOKEN_AUDIENCE`]; the worker checks it with a TokenReview and accepts
-//!    only the operator's identity. Answers: 200 with a [`ConfigAck`] when applied (or already
-//!    running), 400 for a malformed or invalid payload, 401 without a valid token, 403 for another
-//!    identity, 409 for a payload older than the running generation, 413 when too large. A
-//!    refused push leaves the running configuration unchanged. `GET` [`CONFIG_PATH`] returns the
-//!    running [`ConfigAck`].
+//!    [`DEFAULT_ADMIN_PORT`]). A push carries `Authorization: Bearer <token>`, a short-lived
+//!    ServiceAccount token whose audience names the one target it is for,
+//!    [`push_audience`]`(namespace, workload)` = `backpressure.dev/<namespace>/<workload>`; the
+//!    worker checks it with a TokenReview for *its own* audience (its namespace and its
+//!    [`metrics::LABEL_WORKLOAD`] value, both known to the worker without asking the operator)
+//!    and accepts only the operator's identity, so a token captured by one target's pod is
+//!    worth nothing at another target's worker. Answers: 200 with a [`ConfigAck`] when applied
+//!    (or already running), 400 for a malformed or invalid payload (including a `generation`
+//!    more than [`MAX_GENERATION_LEAD_MS`] ahead of the worker's clock, and values over the
+//!    worker's own caps), 401 without a valid token, 403 for another identity, 409 for a
+//!    payload older than the running generation, 413 when too large, 429 when the client has
+//!    failed authentication too often. A refused push leaves the running configuration
+//!    unchanged. `GET` [`CONFIG_PATH`] returns the running [`ConfigAck`]. A worker may serve
+//!    the admin port over TLS and say so with [`ADMIN_SCHEME_ANNOTATION`].
 //! 2. Exporting the metrics named in [`metrics`] on `/metrics` of the admin port, each labelled
 //!    [`metrics::LABEL_WORKLOAD`].
 //!
@@ -26,8 +33,16 @@ use crate::v1alpha1::Algorithm;
 
 /// Version of this contract, carried in every payload.
 pub const WIRE_VERSION: &str = "backpressure.dev/worker-config/v1";
-/// Audience of the ServiceAccount token presented on a push.
+/// Prefix of the audience of the ServiceAccount token presented on a push: the audience is
+/// [`push_audience`]`(namespace, workload)`, this prefix followed by `/<namespace>/<workload>`.
+/// No worker accepts the bare prefix (one token for every worker was the weakness: any pod that
+/// received a push could replay it to every other worker).
 pub const TOKEN_AUDIENCE: &str = "backpressure.dev";
+/// How far (in milliseconds) a pushed `generation` may be ahead of the worker's wall clock.
+/// Generations are `max(previous + 1, Unix time in ms)`, so a legitimate one is never far
+/// ahead; a generation of `i64::MAX` would make every later legitimate push stale (409).
+/// Five minutes leave room for clock skew between the operator's node and the worker's.
+pub const MAX_GENERATION_LEAD_MS: i64 = 5 * 60 * 1000;
 /// HTTP path of the configuration endpoint on the admin port.
 pub const CONFIG_PATH: &str = "/v1/config";
 /// Name of the container port the operator pushes to.
@@ -36,6 +51,25 @@ pub const ADMIN_PORT_NAME: &str = "bp-admin";
 pub const DEFAULT_ADMIN_PORT: u16 = 9464;
 /// Pod annotation that overrides the admin port number.
 pub const ADMIN_PORT_ANNOTATION: &str = "backpressure.dev/admin-port";
+/// Pod annotation saying how the admin port speaks: `http` (the default) or `https`. With
+/// `https` the operator verifies the worker's certificate against its push CA bundle and the
+/// name [`admin_server_name`]`(namespace, workload)`, and never falls back to plain HTTP.
+pub const ADMIN_SCHEME_ANNOTATION: &str = "backpressure.dev/admin-scheme";
+
+/// The token audience of the workers of `workload` in `namespace` (see [`TOKEN_AUDIENCE`]).
+/// Namespace names cannot contain `/`, so the namespace part is unambiguous whatever the
+/// workload name holds.
+pub fn push_audience(namespace: &str, workload: &str) -> String {
+    format!("{TOKEN_AUDIENCE}/{namespace}/{workload}")
+}
+
+/// The DNS name a worker's TLS certificate must carry (as a subjectAltName) for the operator
+/// to push to it over HTTPS: `<workload>.<namespace>.svc`, the name of a Service named after
+/// the workload, which cert-manager can put in a Certificate. The operator connects to the pod
+/// IP and verifies this name, so one certificate serves every pod of the workload.
+pub fn admin_server_name(namespace: &str, workload: &str) -> String {
+    format!("{workload}.{namespace}.svc")
+}
 /// File name of the configuration inside the operator's ConfigMap.
 pub const CONFIG_FILE_NAME: &str = "worker-config.json";
 /// Largest payload a worker must accept; larger bodies are refused with 413.

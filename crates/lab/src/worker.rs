@@ -2,7 +2,8 @@
 //! queue ([`RedisSource`]) with the permits the backpressure [`Gate`] allows, calls the
 //! dependency for every message ([`DependencyHandler`]), acks or nacks; the admin server serves
 //! `/metrics` (the wire contract's names), `/healthz` and `PUT /v1/config`, authenticated with a
-//! TokenReview against the lab's API server so that only the operator can push configuration.
+//! TokenReview against the lab's API server so that only the operator can push configuration,
+//! and only with a token minted for this workload (`--namespace`, `--workload`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,6 +41,10 @@ pub struct WorkerArgs {
     /// Workload label.
     #[arg(long)]
     pub workload: String,
+    /// The pod's namespace (what the downward API's `metadata.namespace` gives a real pod).
+    /// Pushes must carry a token for audience `backpressure.dev/<namespace>/<workload>`.
+    #[arg(long)]
+    pub namespace: String,
     /// Local work per message, e.g. `150ms`.
     #[arg(long, value_parser = parse_dur)]
     pub processing: Duration,
@@ -176,7 +181,13 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     {
         let client = kube_client(path).await?;
         admin = admin.with_verifier(
-            Arc::new(backpressure_worker::config::token::TokenReviewVerifier::new(client)),
+            Arc::new(
+                backpressure_worker::config::token::TokenReviewVerifier::new(
+                    client,
+                    &args.namespace,
+                    &args.workload,
+                ),
+            ),
             args.allowed_identities.clone(),
         );
     }

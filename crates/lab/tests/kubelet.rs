@@ -118,6 +118,8 @@ async fn pods_become_worker_processes_that_consume_and_accept_only_the_operator(
                 &dep_url,
                 "--workload",
                 "w",
+                "--namespace",
+                ns,
                 "--processing",
                 "1ms",
                 "--visibility-timeout",
@@ -218,7 +220,7 @@ async fn pods_become_worker_processes_that_consume_and_accept_only_the_operator(
                         "-n",
                         ns,
                         "--audience",
-                        backpressure_api::wire::TOKEN_AUDIENCE,
+                        &backpressure_api::wire::push_audience(ns, "w"),
                     ],
                     None,
                 )

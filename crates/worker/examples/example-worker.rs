@@ -36,6 +36,11 @@ struct Args {
     /// Mounted WorkerConfig JSON file to watch and hot-reload.
     #[arg(long, env = "BP_CONFIG_FILE")]
     config_file: Option<PathBuf>,
+    /// The pod's namespace (the downward API's `metadata.namespace`): with the workload, it
+    /// names the only token audience accepted, `backpressure.dev/<namespace>/<workload>`.
+    /// Defaults to the namespace of the in-cluster ServiceAccount (or the kubeconfig's).
+    #[arg(long, env = "BP_NAMESPACE")]
+    namespace: Option<String>,
     /// Usernames allowed to push configuration (e.g.
     /// system:serviceaccount:bp-system:backpressure-operator); enables pushes, checked with a
     /// TokenReview through the in-cluster or kubeconfig credentials.
@@ -45,6 +50,12 @@ struct Args {
         value_delimiter = ','
     )]
     allowed_identities: Vec<String>,
+    /// PEM certificate (chain) of the admin port: serve HTTPS (with `--tls-key`).
+    #[arg(long, env = "BP_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of the admin port's certificate.
+    #[arg(long, env = "BP_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     /// Messages put on the queue at start.
     #[arg(long, env = "BP_MESSAGES", default_value_t = 1000)]
     messages: u32,
@@ -124,10 +135,17 @@ async fn main() -> anyhow::Result<()> {
         let client = kube::Client::try_default()
             .await
             .context("config pushes need Kubernetes credentials for TokenReview")?;
-        admin = admin.with_verifier(
-            Arc::new(backpressure_worker::config::token::TokenReviewVerifier::new(client)),
-            args.allowed_identities.clone(),
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let verifier = backpressure_worker::config::token::TokenReviewVerifier::new(
+            client,
+            &namespace,
+            &args.workload,
         );
+        tracing::info!(audience = verifier.audience(), "config pushes enabled");
+        admin = admin.with_verifier(Arc::new(verifier), args.allowed_identities.clone());
     }
     let listener = tokio::net::TcpListener::bind(args.admin_addr)
         .await
@@ -137,7 +155,19 @@ async fn main() -> anyhow::Result<()> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    tokio::spawn(Arc::new(admin).serve(listener, stopped(stop_rx.clone())));
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            // HTTPS from the mounted Secret (cert-manager's tls.crt / tls.key), reloaded when
+            // renewed; annotate the pod `backpressure.dev/admin-scheme: https`.
+            let files = backpressure_worker::config::tls::CertFiles::load(cert, key)?;
+            let config = backpressure_worker::config::tls::server_config(files)?;
+            tokio::spawn(Arc::new(admin).serve_tls(listener, config, stopped(stop_rx.clone())));
+        }
+        (None, None) => {
+            tokio::spawn(Arc::new(admin).serve(listener, stopped(stop_rx.clone())));
+        }
+        _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+    }
     if let Some(path) = &args.config_file {
         let watcher = FileWatcher::new(state.clone(), path);
         tokio::spawn(watcher.run(DEFAULT_FILE_POLL, stopped(stop_rx.clone())));

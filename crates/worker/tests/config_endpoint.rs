@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backpressure_api::wire::{CONFIG_PATH, ConfigAck, TOKEN_AUDIENCE, WorkerConfig};
+use backpressure_api::wire::{CONFIG_PATH, ConfigAck, TOKEN_AUDIENCE, WorkerConfig, push_audience};
 use backpressure_envtest::TestEnv;
 use backpressure_worker::config::ConfigState;
-use backpressure_worker::config::admin::Admin;
+use backpressure_worker::config::admin::{Admin, FailureLimit};
 use backpressure_worker::config::token::{TokenReviewVerifier, service_account_username};
 use backpressure_worker::controller;
 use backpressure_worker::metrics::Metrics;
@@ -85,9 +85,25 @@ async fn pushes_are_authenticated_with_token_review() {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
     service_account(&sas, "backpressure-operator").await;
     service_account(&sas, "intruder").await;
-    let operator_token = token(&sas, "backpressure-operator", TOKEN_AUDIENCE).await;
-    let intruder_token = token(&sas, "intruder", TOKEN_AUDIENCE).await;
+    // The worker is the workload `export-worker` of `ns`: it accepts only its own audience.
+    let ours = push_audience(&ns, "export-worker");
+    let operator_token = token(&sas, "backpressure-operator", &ours).await;
+    let intruder_token = token(&sas, "intruder", &ours).await;
     let wrong_audience = token(&sas, "backpressure-operator", "some-other-service").await;
+    // The operator's tokens for other targets, and for the old shared audience.
+    let shared_audience = token(&sas, "backpressure-operator", TOKEN_AUDIENCE).await;
+    let other_workload = token(
+        &sas,
+        "backpressure-operator",
+        &push_audience(&ns, "other-worker"),
+    )
+    .await;
+    let other_namespace = token(
+        &sas,
+        "backpressure-operator",
+        &push_audience("elsewhere", "export-worker"),
+    )
+    .await;
 
     // The worker, with its admin server on loopback.
     let metrics = Metrics::new("export-worker");
@@ -95,10 +111,20 @@ async fn pushes_are_authenticated_with_token_review() {
         .metrics(metrics.clone())
         .build();
     let state = ConfigState::new(gate.clone(), WorkerConfig::default(), Some(metrics.clone()));
-    let admin = Admin::new(state.clone(), Some(metrics)).with_verifier(
-        Arc::new(TokenReviewVerifier::new(client.clone())),
-        [service_account_username(&ns, "backpressure-operator")],
-    );
+    let admin = Admin::new(state.clone(), Some(metrics))
+        .with_verifier(
+            Arc::new(TokenReviewVerifier::new(
+                client.clone(),
+                &ns,
+                "export-worker",
+            )),
+            [service_account_username(&ns, "backpressure-operator")],
+        )
+        // This test counts answers, not sources: no throttling of its dozen refusals.
+        .with_failure_limit(FailureLimit {
+            burst: 1000,
+            refill: Duration::from_secs(1),
+        });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(Arc::new(admin).serve(listener, std::future::pending()));
@@ -112,7 +138,20 @@ async fn pushes_are_authenticated_with_token_review() {
     .with_hash();
     let payload = serde_json::to_string(&next).unwrap();
 
-    let refusals: [(&str, Option<&str>, &str, u16); 4] = [
+    let refusals: [(&str, Option<&str>, &str, u16); 7] = [
+        ("the shared audience", Some(&shared_audience), &payload, 401),
+        (
+            "another workload's audience",
+            Some(&other_workload),
+            &payload,
+            401,
+        ),
+        (
+            "another namespace's audience",
+            Some(&other_namespace),
+            &payload,
+            401,
+        ),
         (
             "another ServiceAccount",
             Some(&intruder_token),
@@ -161,6 +200,11 @@ async fn pushes_are_authenticated_with_token_review() {
     .unwrap();
     for (case, token, want) in [
         ("another ServiceAccount", Some(intruder_token.as_str()), 403),
+        (
+            "another workload's audience",
+            Some(other_workload.as_str()),
+            401,
+        ),
         ("wrong audience", Some(wrong_audience.as_str()), 401),
         ("no token", None, 401),
     ] {

@@ -1,5 +1,6 @@
 //! Pods whose admin port misbehaves: it refuses every config push with an HTTP status, or
-//! accepts the connection and never answers. Each records when it was asked.
+//! accepts the connection and never answers. Each records when it was asked and what
+//! `Authorization` header came with the push (a malicious pod keeps the operator's token).
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -22,6 +23,8 @@ pub struct BadPod {
     pub name: String,
     /// When each push arrived.
     pub pushes: Arc<Mutex<Vec<Instant>>>,
+    /// The bearer token of each push that carried one.
+    pub tokens: Arc<Mutex<Vec<String>>>,
 }
 
 impl BadPod {
@@ -29,6 +32,24 @@ impl BadPod {
     pub fn push_times(&self) -> Vec<Instant> {
         self.pushes.lock().unwrap().clone()
     }
+
+    /// The bearer tokens captured so far.
+    pub fn captured_tokens(&self) -> Vec<String> {
+        self.tokens.lock().unwrap().clone()
+    }
+}
+
+/// Reads a request head (up to the blank line, at most 64 KiB).
+fn read_head(conn: &mut std::net::TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
 }
 
 /// Starts a Ready pod `name` of `app` in `ns` whose admin port behaves as `refusal`.
@@ -42,15 +63,23 @@ pub async fn start(
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let pushes: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let p2 = pushes.clone();
+    let tokens: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (p2, t2) = (pushes.clone(), tokens.clone());
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for mut conn in listener.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let n = conn.read(&mut buf).unwrap_or(0);
-            let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let head = read_head(&mut conn);
             if head.starts_with("PUT ") {
                 p2.lock().unwrap().push(Instant::now());
+                let token = head.lines().find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    let value = value.trim();
+                    (name.eq_ignore_ascii_case("authorization")
+                        && value.len() > 7
+                        && value[..7].eq_ignore_ascii_case("bearer "))
+                    .then(|| value[7..].trim().to_owned())
+                });
+                t2.lock().unwrap().extend(token);
             }
             match refusal {
                 Refusal::Status(code) => {
@@ -70,5 +99,6 @@ pub async fn start(
     BadPod {
         name: name.to_owned(),
         pushes,
+        tokens,
     }
 }

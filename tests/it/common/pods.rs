@@ -1,6 +1,7 @@
 //! Pods of a test workload: real Pod objects (Ready, podIP 127.0.0.1) whose admin port is a
 //! real `backpressure-worker` admin server that verifies pushes with a TokenReview against the
-//! test control plane, accepting only the operator's ServiceAccount.
+//! test control plane, accepting only the operator's ServiceAccount and only tokens for its own
+//! target (audience `backpressure.dev/<namespace>/<app>`: the app is the workload name).
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use backpressure_api::wire::{self, WorkerConfig};
 use backpressure_envtest::TestEnv;
 use backpressure_worker::config::ConfigState;
 use backpressure_worker::config::admin::Admin;
+use backpressure_worker::config::tls::CertFiles;
 use backpressure_worker::config::token::{TokenReviewVerifier, service_account_username};
 use backpressure_worker::permits::Gate;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -23,6 +25,8 @@ pub struct FakePod {
     pub name: String,
     /// The worker library's configuration state (what the pod runs).
     pub state: ConfigState,
+    /// The admin server's address (what the Pod's IP and admin port annotation say).
+    pub addr: std::net::SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -73,6 +77,36 @@ pub async fn replicas(client: &kube::Client, ns: &str, name: &str) -> i32 {
 
 /// Starts a fake pod of `app` in `ns`: a worker admin server on loopback and a Ready Pod.
 pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> FakePod {
+    start_with(env, ns, app, index, None).await
+}
+
+/// A certificate and key (PEM) for a pod's HTTPS admin port.
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: String,
+    /// The private key.
+    pub key: String,
+}
+
+/// Starts a fake pod of `app` in `ns` whose admin port serves HTTPS with `tls` and is
+/// annotated `backpressure.dev/admin-scheme: https`.
+pub async fn start_tls(
+    env: &'static TestEnv,
+    ns: &str,
+    app: &str,
+    index: usize,
+    tls: &TlsFiles,
+) -> FakePod {
+    start_with(env, ns, app, index, Some(tls)).await
+}
+
+async fn start_with(
+    env: &'static TestEnv,
+    ns: &str,
+    app: &str,
+    index: usize,
+    tls: Option<&TlsFiles>,
+) -> FakePod {
     let client = env.client().unwrap();
     let initial = WorkerConfig::default();
     let gate = Gate::new(backpressure_worker::controller::from_config(
@@ -80,23 +114,42 @@ pub async fn start(env: &'static TestEnv, ns: &str, app: &str, index: usize) -> 
         index as u64,
     ));
     let state = ConfigState::new(gate, initial, None);
-    let verifier = Arc::new(TokenReviewVerifier::new(client.clone()));
+    let verifier = Arc::new(TokenReviewVerifier::new(client.clone(), ns, app));
     let admin = Arc::new(Admin::new(state.clone(), None).with_verifier(
         verifier,
         [service_account_username(OPERATOR_NAMESPACE, OPERATOR_SA)],
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let addr = listener.local_addr().unwrap();
+    let port = addr.port();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(admin.serve(listener, async move {
+    let stopped = async move {
         let _ = rx.await;
-    }));
-
+    };
     let name = format!("{app}-{index}");
-    create_ready(&client, ns, app, &name, port).await;
+    let mut annotations = vec![(wire::ADMIN_PORT_ANNOTATION, port.to_string())];
+    match tls {
+        None => {
+            tokio::spawn(admin.serve(listener, stopped));
+        }
+        Some(files) => {
+            let dir = env
+                .dir()
+                .join(format!("tls-{name}-{}", backpressure_envtest::unique()));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("tls.crt"), &files.cert).unwrap();
+            std::fs::write(dir.join("tls.key"), &files.key).unwrap();
+            let certs = CertFiles::load(dir.join("tls.crt"), dir.join("tls.key")).unwrap();
+            let config = backpressure_worker::config::tls::server_config(certs).unwrap();
+            tokio::spawn(admin.serve_tls(listener, config, stopped));
+            annotations.push((wire::ADMIN_SCHEME_ANNOTATION, "https".into()));
+        }
+    }
+    create_ready_annotated(&client, ns, app, &name, &annotations).await;
     FakePod {
         name,
         state,
+        addr,
         stop: Some(tx),
     }
 }
@@ -113,12 +166,28 @@ pub async fn start_many(env: &'static TestEnv, ns: &str, app: &str, count: usize
 /// Creates a Ready Pod `name` of `app` in `ns` (podIP 127.0.0.1) whose admin port annotation
 /// says `port`.
 pub async fn create_ready(client: &kube::Client, ns: &str, app: &str, name: &str, port: u16) {
+    let annotations = [(wire::ADMIN_PORT_ANNOTATION, port.to_string())];
+    create_ready_annotated(client, ns, app, name, &annotations).await;
+}
+
+/// Creates a Ready Pod `name` of `app` in `ns` (podIP 127.0.0.1) with `annotations`.
+pub async fn create_ready_annotated(
+    client: &kube::Client,
+    ns: &str,
+    app: &str,
+    name: &str,
+    annotations: &[(&str, String)],
+) {
+    let annotations: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {
             "name": name,
             "labels": {"app": app},
-            "annotations": {wire::ADMIN_PORT_ANNOTATION: port.to_string()},
+            "annotations": annotations,
         },
         "spec": {"containers": [{"name": "worker", "image": "worker:test"}]}
     }))

@@ -4,6 +4,7 @@
 
 mod deputy;
 mod metrics;
+mod push;
 mod rbac;
 mod scope;
 

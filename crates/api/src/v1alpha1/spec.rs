@@ -206,9 +206,11 @@ pub struct WorkerSpec {
     #[schemars(range(min = 1, max = 100000))]
     pub reaction: Option<u32>,
 
-    /// Messages a pod may process at once with no backoff. Defaults to 16.
+    /// Messages a pod may process at once with no backoff. Defaults to 16; at most 1024, the
+    /// largest value the worker library accepts by default (`config::Limits`), so that a valid
+    /// object never produces a config its workers refuse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 100000))]
+    #[schemars(range(min = 1, max = 1024))]
     pub max_permits: Option<u32>,
 
     /// How a fully backed-off worker probes the dependency.

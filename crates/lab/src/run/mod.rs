@@ -563,6 +563,10 @@ fn make_launcher(
             dep.clone(),
             "--workload".into(),
             workload.clone(),
+            // The pod's namespace, as the downward API would give it: with the workload, the
+            // only push token audience the worker accepts.
+            "--namespace".into(),
+            ns.to_owned(),
             "--processing".into(),
             processing.clone(),
             "--visibility-timeout".into(),

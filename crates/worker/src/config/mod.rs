@@ -2,11 +2,20 @@
 //! file ([`FileWatcher`]) and from authenticated pushes to the admin port ([`admin`]).
 //!
 //! [`ConfigState`] is the single place where configuration is applied. It validates the
-//! payload ([`WorkerConfig::validate`]), refuses a payload older than the running generation,
-//! applies the controller settings and brake to the [`Gate`], and updates the config-info
-//! metric. A refused payload leaves the running configuration unchanged.
+//! payload ([`WorkerConfig::validate`]), checks it against the worker's own [`Limits`] (values
+//! the wire contract allows but that would hurt this worker, and a generation far ahead of its
+//! clock), refuses a payload older than the running generation, applies the controller
+//! settings and brake to the [`Gate`], and updates the config-info metric. A refused payload
+//! leaves the running configuration unchanged.
+//!
+//! Over-limit values are refused (HTTP 400 naming the field), not clamped: the worker
+//! acknowledges the hash of what it runs, and a clamped config would run something other than
+//! the hash the operator sent, so the operator would count the pod in sync with a config it
+//! does not run. A refusal shows up instead as `ConfigPushFailed` with the field named.
 
 pub mod admin;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod token;
 
 use std::fmt;
@@ -14,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use backpressure_api::wire::{ConfigAck, ConfigError, WorkerConfig};
+use backpressure_api::wire::{ConfigAck, ConfigError, MAX_GENERATION_LEAD_MS, WorkerConfig};
 use sha2::{Digest, Sha256};
 
 use crate::controller::Settings;
@@ -35,6 +44,93 @@ pub enum ApplyError {
         /// The generation offered.
         given: i64,
     },
+}
+
+/// The worker's own bounds on a configuration, checked on every update (push or file) on top
+/// of the wire contract's ranges. The configuration is tenant input relayed by the operator:
+/// these bounds are what this worker can afford whatever the WorkerBackpressure says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest `maxPermits` (messages processed at once). Default 1024; raise it for a worker
+    /// that really runs more at once.
+    pub max_permits: u32,
+    /// Largest `reaction` (the API's own bound, 100000).
+    pub max_reaction: u32,
+    /// Smallest `probeInitialMs`: a fully backed-off worker probes at most this often.
+    /// Default 100 ms.
+    pub min_probe_ms: u64,
+    /// Largest `probeInitialMs` and `probeMaxMs`: a fully backed-off worker probes at least
+    /// this often, so a recovered dependency is noticed. Default 1 h.
+    pub max_probe_ms: u64,
+    /// How far `generation` (Unix milliseconds, see the wire contract) may be ahead of this
+    /// worker's clock. Default [`MAX_GENERATION_LEAD_MS`] (5 minutes).
+    pub max_generation_lead_ms: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_permits: 1024,
+            max_reaction: 100_000,
+            min_probe_ms: 100,
+            max_probe_ms: 3_600_000,
+            max_generation_lead_ms: MAX_GENERATION_LEAD_MS,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks `cfg` at `now_unix` (seconds); the error names the field.
+    pub fn check(&self, cfg: &WorkerConfig, now_unix: i64) -> Result<(), ConfigError> {
+        let field = |field: &'static str, reason: String| ConfigError::Field { field, reason };
+        if cfg.max_permits > self.max_permits {
+            return Err(field(
+                "maxPermits",
+                format!(
+                    "{} exceeds this worker's limit of {}",
+                    cfg.max_permits, self.max_permits
+                ),
+            ));
+        }
+        if cfg.reaction > self.max_reaction {
+            return Err(field(
+                "reaction",
+                format!(
+                    "{} exceeds this worker's limit of {}",
+                    cfg.reaction, self.max_reaction
+                ),
+            ));
+        }
+        for (name, ms) in [
+            ("probeInitialMs", cfg.probe_initial_ms),
+            ("probeMaxMs", cfg.probe_max_ms),
+        ] {
+            if ms < self.min_probe_ms || ms > self.max_probe_ms {
+                return Err(field(
+                    name,
+                    format!(
+                        "{ms} ms is outside this worker's range of {} to {} ms",
+                        self.min_probe_ms, self.max_probe_ms
+                    ),
+                ));
+            }
+        }
+        let horizon = now_unix
+            .saturating_mul(1000)
+            .saturating_add(self.max_generation_lead_ms);
+        if cfg.generation > horizon {
+            return Err(field(
+                "generation",
+                format!(
+                    "{} is more than {} s ahead of this worker's clock ({} ms); generations are Unix milliseconds",
+                    cfg.generation,
+                    self.max_generation_lead_ms / 1000,
+                    now_unix.saturating_mul(1000)
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Where the running configuration came from.
@@ -71,6 +167,7 @@ pub struct ConfigState {
     metrics: Option<Metrics>,
     /// Library-side settings (credit, health-check probes, ratio window) kept across pushes.
     base: Settings,
+    limits: Limits,
 }
 
 impl fmt::Debug for ConfigState {
@@ -108,9 +205,22 @@ impl ConfigState {
             base: gate.settings(),
             gate,
             metrics,
+            limits: Limits::default(),
         };
         state.install(&initial, unix_now());
         state
+    }
+
+    /// Checks every later update against `limits` instead of [`Limits::default`]. (The
+    /// initial configuration is the application's own and is not checked.)
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits updates are checked against.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
@@ -149,7 +259,8 @@ impl ConfigState {
         self.apply_at(cfg, origin, unix_now())
     }
 
-    /// [`ConfigState::apply`] with the current Unix time given (for the brake's expiry).
+    /// [`ConfigState::apply`] with the current Unix time given (for the brake's expiry and the
+    /// generation's lead).
     pub fn apply_at(
         &self,
         cfg: WorkerConfig,
@@ -157,6 +268,7 @@ impl ConfigState {
         now_unix: i64,
     ) -> Result<ConfigAck, ApplyError> {
         cfg.validate()?;
+        self.limits.check(&cfg, now_unix)?;
         let cfg = with_hash(cfg);
         let mut running = self.lock();
         if cfg.generation < running.config.generation {

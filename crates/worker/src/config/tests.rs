@@ -12,7 +12,7 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::admin::Admin;
+use super::admin::{Admin, FailureLimit};
 use super::token::{Identity, TokenVerifier, VerifyError};
 use super::*;
 use crate::controller::{self, Algorithm};
@@ -425,4 +425,273 @@ async fn server_over_tcp_with_limits_and_timeouts() {
         metrics.contains("backpressure_permits{workload=\"w\"} 5"),
         "{metrics}"
     );
+}
+
+/// Issue 12: a generation far ahead of the worker's clock (`i64::MAX` made every later
+/// legitimate push stale) is refused with 400 naming the field, and changes nothing.
+#[tokio::test]
+async fn generations_far_ahead_of_the_clock_are_refused_without_effect() {
+    let now = 1_700_000_000i64;
+    let (state, gate, _) = state();
+    let lead = backpressure_api::wire::MAX_GENERATION_LEAD_MS;
+    let ahead = |generation: i64| WorkerConfig {
+        generation,
+        max_permits: 3,
+        brake: Some(BrakeConfig {
+            min_backoff: 1.0,
+            expires_at_unix: None,
+        }),
+        hash: String::new(),
+        ..WorkerConfig::default()
+    };
+    for generation in [i64::MAX, now * 1000 + lead + 1, now * 1_000_000] {
+        let err = state
+            .apply_at(ahead(generation), Origin::Push, now)
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ApplyError::Invalid(ConfigError::Field {
+                    field: "generation",
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("ahead of this worker's clock"),
+            "{err}"
+        );
+        assert_eq!(state.ack().generation, 0);
+        assert_eq!(gate.snapshot().limit, 16);
+        assert_eq!(gate.snapshot().backoff, 0.0);
+    }
+    // A generation from the operator's clock, even a few minutes fast, is accepted.
+    let ack = state
+        .apply_at(ahead(now * 1000 + lead), Origin::Push, now)
+        .unwrap();
+    assert_eq!(ack.generation, now * 1000 + lead);
+    assert_eq!(gate.snapshot().backoff, 1.0);
+
+    // Through the admin endpoint: 400, and the running config stays.
+    let (admin, gate) = admin();
+    let running = admin.state().ack();
+    let body = serde_json::to_vec(&ahead(i64::MAX)).unwrap();
+    let (status, text) = call(&admin, "PUT", CONFIG_PATH, Some("good"), body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(text.contains("generation"), "{text}");
+    assert_eq!(admin.state().ack(), running);
+    assert_eq!(gate.snapshot().limit, 16);
+    // The operator's next push (generation = its clock in ms) is not stale.
+    let next = WorkerConfig {
+        generation: unix_now() * 1000,
+        ..config(0, 5)
+    };
+    let (status, text) = call(
+        &admin,
+        "PUT",
+        CONFIG_PATH,
+        Some("good"),
+        serde_json::to_vec(&next).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+}
+
+/// Issue 12: values the wire contract allows but that would hurt this worker are refused with
+/// 400 naming the field (not clamped: the worker must run the hash it acknowledges).
+#[tokio::test]
+async fn values_over_the_worker_limits_are_refused_naming_the_field() {
+    let (admin, gate) = admin();
+    let running = admin.state().ack();
+    let limits = Limits::default();
+    let cases: Vec<(WorkerConfig, &str)> = vec![
+        (
+            WorkerConfig {
+                max_permits: limits.max_permits + 1,
+                ..config(1, 1)
+            },
+            "maxPermits",
+        ),
+        (
+            WorkerConfig {
+                max_permits: u32::MAX,
+                ..config(1, 1)
+            },
+            "maxPermits",
+        ),
+        (
+            WorkerConfig {
+                reaction: limits.max_reaction + 1,
+                ..config(1, 1)
+            },
+            "reaction",
+        ),
+        (
+            WorkerConfig {
+                probe_initial_ms: 1,
+                ..config(1, 1)
+            },
+            "probeInitialMs",
+        ),
+        (
+            WorkerConfig {
+                probe_max_ms: limits.max_probe_ms + 1,
+                ..config(1, 1)
+            },
+            "probeMaxMs",
+        ),
+        (
+            WorkerConfig {
+                probe_initial_ms: u64::MAX / 2,
+                probe_max_ms: u64::MAX,
+                ..config(1, 1)
+            },
+            "probeInitialMs",
+        ),
+    ];
+    for (cfg, field) in cases {
+        let cfg = WorkerConfig {
+            hash: String::new(),
+            ..cfg
+        };
+        let (status, text) = call(
+            &admin,
+            "PUT",
+            CONFIG_PATH,
+            Some("good"),
+            serde_json::to_vec(&cfg).unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{field}: {text}");
+        assert!(text.contains(field), "{text} should name {field}");
+        assert_eq!(admin.state().ack(), running);
+        assert_eq!(gate.snapshot().limit, 16);
+    }
+    // The file path is held to the same limits.
+    let state = admin.state();
+    assert!(
+        state
+            .apply(
+                WorkerConfig {
+                    max_permits: 5000,
+                    ..config(2, 1)
+                }
+                .with_hash(),
+                Origin::File
+            )
+            .is_err()
+    );
+    // An application that really runs more raises its limit.
+    let (state, gate, _) = super::tests::state();
+    let state = state.with_limits(Limits {
+        max_permits: 5000,
+        ..Limits::default()
+    });
+    state
+        .apply(
+            WorkerConfig {
+                max_permits: 5000,
+                ..config(2, 1)
+            }
+            .with_hash(),
+            Origin::Push,
+        )
+        .unwrap();
+    assert_eq!(gate.snapshot().limit, 5000);
+}
+
+async fn call_from(
+    admin: &Admin,
+    peer: &str,
+    token: Option<&str>,
+    body: Vec<u8>,
+) -> (StatusCode, Option<String>) {
+    let mut req = Request::builder().method("PUT").uri(CONFIG_PATH);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let mut req = req.body(Full::new(Bytes::from(body))).unwrap();
+    req.extensions_mut()
+        .insert(peer.parse::<std::net::SocketAddr>().unwrap());
+    let resp = admin.handle(req).await;
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (resp.status(), retry)
+}
+
+/// Issue 12: a source that keeps failing authentication gets 429 before its token is even
+/// looked at; other sources and later legitimate pushes are not affected.
+#[tokio::test(start_paused = true)]
+async fn failed_authentications_are_rate_limited_per_source() {
+    let (state, gate, _) = state();
+    let tokens = StaticTokens(HashMap::from([
+        ("good", Ok(OPERATOR)),
+        ("other", Ok("system:serviceaccount:bp-system:someone-else")),
+    ]));
+    let admin = Admin::new(state, None)
+        .with_verifier(Arc::new(tokens), [OPERATOR.to_owned()])
+        .with_failure_limit(FailureLimit {
+            burst: 3,
+            refill: Duration::from_secs(2),
+        });
+    let body = |g: i64| serde_json::to_vec(&config(g, 2)).unwrap();
+    let attacker = "10.0.0.66:40000";
+    // Missing, forged and not-allowed tokens all count.
+    assert_eq!(
+        call_from(&admin, attacker, None, body(1)).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call_from(&admin, attacker, Some("forged"), body(1)).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call_from(&admin, attacker, Some("other"), body(1)).await.0,
+        StatusCode::FORBIDDEN
+    );
+    for token in [Some("forged"), None, Some("good")] {
+        let (status, retry) = call_from(&admin, attacker, token, body(1)).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{token:?}");
+        assert_eq!(retry.as_deref(), Some("2"));
+    }
+    assert_eq!(admin.state().ack().generation, 0);
+    // Another source (another port of the same address is the same source).
+    assert_eq!(
+        call_from(&admin, "10.0.0.66:40001", Some("good"), body(1))
+            .await
+            .0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let operator = "10.0.0.7:50000";
+    assert_eq!(
+        call_from(&admin, operator, Some("good"), body(2)).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(gate.snapshot().limit, 2);
+    // Successful pushes cost nothing.
+    for g in 3..20 {
+        assert_eq!(
+            call_from(&admin, operator, Some("good"), body(g)).await.0,
+            StatusCode::OK
+        );
+    }
+    // One failure is forgiven per refill period.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(
+        call_from(&admin, attacker, Some("forged"), body(1)).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call_from(&admin, attacker, Some("forged"), body(1)).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(
+        call_from(&admin, attacker, Some("good"), body(30)).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(admin.state().ack().generation, 30);
 }
