@@ -58,6 +58,9 @@ pub struct Sample {
     pub attempts: u32,
     /// Dependency calls that failed.
     pub failures: u32,
+    /// Of those, calls rejected because the fleet's calls exceeded the dependency's capacity
+    /// (overload, as opposed to outage or background failures).
+    pub rejected: u32,
     /// Messages acknowledged.
     pub completed: u32,
     /// Messages dead-lettered.
@@ -418,7 +421,7 @@ impl<'a> Simulation<'a> {
                 let wheel = &mut wheel;
                 let sec = &mut sec;
                 let rng = &mut latency_rng;
-                dep.resolve(polled.len(), |i, ok| {
+                let rejected = dep.resolve(polled.len(), |i, ok| {
                     let (pod, deliveries) = polled[i];
                     let secs = rng.lognormal(processing.mean.secs(), processing.sigma)
                         + if ok {
@@ -438,6 +441,7 @@ impl<'a> Simulation<'a> {
                         sec.failures += 1;
                     }
                 });
+                sec.rejected += rejected as u32;
             }
             let n_polled = polled.len() as u64;
             in_flight_total += n_polled;
