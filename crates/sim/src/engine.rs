@@ -583,11 +583,13 @@ impl<'a> Simulation<'a> {
     ) -> Observation {
         let mut ready = 0u32;
         let mut backoff = 0.0;
+        let mut floor = 0.0;
         for &i in &fleet.order {
             let p = &fleet.pods[i as usize];
             if !p.terminating && p.ready_at <= tick {
                 ready += 1;
                 backoff += p.controller.backoff(now);
+                floor += p.controller.failure_floor();
             }
         }
         let from = samples.len().saturating_sub(window);
@@ -612,6 +614,7 @@ impl<'a> Simulation<'a> {
             queue_depth: Some(queue.depth() as f64),
             arrival_rate: rate(arr),
             completion_rate: rate(comp),
+            failure_floor: (ready > 0).then(|| floor / f64::from(ready)),
             sampled_at: tick as f64 * dt,
         }
     }

@@ -140,6 +140,7 @@ impl World {
             queue_depth: depth,
             arrival_rate: arrival,
             completion_rate: completion,
+            failure_floor: None,
         }
     }
 

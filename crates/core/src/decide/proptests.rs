@@ -37,6 +37,7 @@ fn fleet_metrics() -> impl Strategy<Value = FleetMetrics> {
                     queue_depth,
                     arrival_rate,
                     completion_rate,
+                    failure_floor: None,
                 }
             },
         )
