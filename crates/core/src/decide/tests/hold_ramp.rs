@@ -279,3 +279,72 @@ fn a_manual_hold_withholds_scale_out_until_it_expires() {
         "False"
     );
 }
+
+/// Issue 13: failures the workers found to be load-independent (their failure floor) do not
+/// defer scale-out for the backlog they cause; without the floor the same failure rate does.
+#[test]
+fn failure_floor_lets_a_backlog_scale_out() {
+    let mut w = World::new(defaults(), 8);
+    w.queue = Queue::Backlog;
+    w.backoff = Some(0.0);
+    w.failure_rate = Some(0.15);
+    let d = w.peek();
+    assert_eq!(d.desired_replicas, 8, "{}", d.reason);
+    assert!(
+        d.reason.contains("failure rate 15.0% > set point 5.0%"),
+        "{}",
+        d.reason
+    );
+
+    w.failure_floor = Some(0.15);
+    let d = w.peek();
+    assert_eq!(d.action, ScaleOut, "{}", d.reason);
+    assert!(d.desired_replicas > 8, "{}", d.reason);
+
+    // Overload on top of the floor (more than s of the remaining calls fail) defers again:
+    // s_eff = 0.15 + 0.05 · 0.85 = 0.1925.
+    w.failure_rate = Some(0.25);
+    let d = w.peek();
+    assert_eq!(d.desired_replicas, 8, "{}", d.reason);
+    assert!(d.reason.contains("deferred"), "{}", d.reason);
+}
+
+/// Issue 13: a hold releases when the fleet is healthy-but-noisy (failure rate at the set
+/// point, backoff between the release threshold and the midpoint to the hold threshold) for
+/// `release.for`, and is kept while the failure rate is above the set point.
+#[test]
+fn noisy_fleet_releases_on_failure_rate_at_the_set_point() {
+    let mut w = World::new(defaults(), 8);
+    run("hold", &mut w, &INTO_HOLD);
+    // Backoff 0.10: above release.backoffBelow (0.05), so the old rule would never release.
+    w.backoff = Some(0.10);
+    w.failure_rate = Some(0.08);
+    for _ in 0..8 {
+        let d = w.step(15);
+        assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+    }
+    w.failure_rate = Some(0.045);
+    let first = w.step(15);
+    assert_eq!(first.regime, Regime::DependencyFailing, "{}", first.reason);
+    let mut released = None;
+    for _ in 0..6 {
+        let d = w.step(15);
+        if d.regime != Regime::DependencyFailing {
+            released = Some(d);
+            break;
+        }
+    }
+    let d = released.expect("released within release.for plus a requeue");
+    assert_eq!(d.regime, Regime::Recovering, "{}", d.reason);
+    assert!(d.events.iter().any(|e| e.reason == "HoldReleased"));
+
+    // Above the midpoint (0.125) the failure rate alone is no evidence.
+    let mut w = World::new(defaults(), 8);
+    run("hold", &mut w, &INTO_HOLD);
+    w.backoff = Some(0.15);
+    w.failure_rate = Some(0.01);
+    for _ in 0..20 {
+        let d = w.step(15);
+        assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+    }
+}
