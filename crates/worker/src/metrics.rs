@@ -251,6 +251,7 @@ mod tests {
         let names_seen: BTreeSet<&str> = samples.iter().map(|(n, _, _)| n.as_str()).collect();
         let expected: BTreeSet<&str> = [
             names::BACKOFF,
+            names::FAILURE_FLOOR,
             names::PERMITS,
             names::IN_FLIGHT,
             names::OUTCOMES_TOTAL,
