@@ -311,25 +311,23 @@ fn failure_floor_lets_a_backlog_scale_out() {
     assert!(d.reason.contains("deferred"), "{}", d.reason);
 }
 
-/// Issue 13: a hold releases when the fleet is healthy-but-noisy (failure rate at the set
-/// point, backoff between the release threshold and the midpoint to the hold threshold) for
-/// `release.for`, and is kept while the failure rate is above the set point.
+/// Issue 13: the failure-rate arm of the release evidence is off
+/// (`RELEASE_ON_FAILURE_RATE`, see its docs for the sweep that turned it off): a noisy fleet
+/// with a backoff above `release.backoffBelow` stays held even at a failure rate under the set
+/// point, and releases once the backoff is below it for `release.for`.
 #[test]
-fn noisy_fleet_releases_on_failure_rate_at_the_set_point() {
+fn noisy_fleet_release_needs_the_backoff_below_the_release_threshold() {
     let mut w = World::new(defaults(), 8);
     run("hold", &mut w, &INTO_HOLD);
-    // Backoff 0.10: above release.backoffBelow (0.05), so the old rule would never release.
     w.backoff = Some(0.10);
-    w.failure_rate = Some(0.08);
-    for _ in 0..8 {
+    w.failure_rate = Some(0.045);
+    for _ in 0..12 {
         let d = w.step(15);
         assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
     }
-    w.failure_rate = Some(0.045);
-    let first = w.step(15);
-    assert_eq!(first.regime, Regime::DependencyFailing, "{}", first.reason);
+    w.backoff = Some(0.04);
     let mut released = None;
-    for _ in 0..6 {
+    for _ in 0..8 {
         let d = w.step(15);
         if d.regime != Regime::DependencyFailing {
             released = Some(d);
@@ -338,15 +336,4 @@ fn noisy_fleet_releases_on_failure_rate_at_the_set_point() {
     }
     let d = released.expect("released within release.for plus a requeue");
     assert_eq!(d.regime, Regime::Recovering, "{}", d.reason);
-    assert!(d.events.iter().any(|e| e.reason == "HoldReleased"));
-
-    // Above the midpoint (0.125) the failure rate alone is no evidence.
-    let mut w = World::new(defaults(), 8);
-    run("hold", &mut w, &INTO_HOLD);
-    w.backoff = Some(0.15);
-    w.failure_rate = Some(0.01);
-    for _ in 0..20 {
-        let d = w.step(15);
-        assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
-    }
 }
