@@ -275,8 +275,16 @@ pub struct Settings {
     /// assert_eq!((c.mode(), c.permits(now, 0), c.backoff(now)), (Mode::Normal, 16, 0.0));
     /// ```
     pub initial_permits: u32,
+    /// [`SetPoint`] only: the highest failure floor the controller may learn (see
+    /// [`SetPoint#failures-that-do-not-come-from-load-the-failure-floor`]): failures at minimal
+    /// concurrency above this are treated as an outage and backed off from as usual. 0 turns the
+    /// floor off (the plain set-point integrator).
+    pub floor_max: f64,
 }
 
+/// Default [`Settings::floor_max`]: at a 25 % failure rate one message in 1000 fails all of 5
+/// deliveries, whatever the concurrency.
+pub const DEFAULT_FLOOR_MAX: f64 = 0.25;
 /// Default [`Settings::credit`].
 pub const DEFAULT_CREDIT: f64 = 1.0;
 /// Default [`Settings::ratio_window`] (grpc-go's adaptive throttler uses 30 s).
@@ -302,6 +310,7 @@ impl Settings {
             health_check_probes: false,
             ratio_window: DEFAULT_RATIO_WINDOW,
             initial_permits: DEFAULT_INITIAL_PERMITS,
+            floor_max: DEFAULT_FLOOR_MAX,
         }
         .sanitized()
     }
@@ -320,6 +329,11 @@ impl Settings {
             self.credit = 0.0;
         }
         self.ratio_window = Nanos(self.ratio_window.0.max(1_000_000));
+        self.floor_max = if self.floor_max.is_finite() {
+            self.floor_max.clamp(0.0, 0.9)
+        } else {
+            0.0
+        };
         self
     }
 }
@@ -365,6 +379,13 @@ pub trait Controller: Send + fmt::Debug {
 
     /// The current mode.
     fn mode(&self) -> Mode;
+
+    /// The dependency-failure fraction this controller has found not to respond to its
+    /// concurrency and does not throttle for (the `backpressure_failure_floor` gauge); 0 when
+    /// its failures respond to load, or for controllers that do not learn one.
+    fn failure_floor(&self) -> f64 {
+        0.0
+    }
 
     /// Applies new settings of the same algorithm, keeping the backoff state.
     fn reconfigure(&mut self, now: Nanos, settings: Settings);
