@@ -93,8 +93,10 @@ pub struct WorkerBackpressureSpec {
 
     /// `Active` (default) scales the target; `DryRun` decides and reports everything, including
     /// what it would have done, and never writes to the target; `Guard` leaves scaling to an
-    /// existing HPA or KEDA ScaledObject (`spec.guard`) and only clamps its scale-out while the
-    /// dependency fails.
+    /// existing HPA or KEDA ScaledObject (`spec.guard`) and clamps it wherever `Active` would
+    /// not scale: no scale-out while held, while a hold is pending or while the failure rate is
+    /// above the set point, no scale-in while held or pending (unless `hold.allowScaleIn`), the
+    /// stage's ceiling during a ramp.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
 

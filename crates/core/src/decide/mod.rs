@@ -191,6 +191,21 @@ pub struct DecisionEvent {
     pub message: String,
 }
 
+/// Why scale-out is deferred in Healthy or Backlogged, short of a hold (module documentation, Healthy / Backlogged).
+/// Active mode simply does not scale out (and, for a pending hold, does not scale in unless
+/// `hold.allowScaleIn`); Guard mode clamps the guarded autoscaler the same way
+/// ([`crate::guard::clamp_for`]). Set whenever the condition holds, also when the backlog
+/// sizing wants no scale-out: the guarded autoscaler sizes from its own metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deferral {
+    /// The fleet backoff is above `hold.backoffAbove`, not yet for `hold.for`: no scale-out, and
+    /// no scale-in unless `hold.allowScaleIn`.
+    HoldPending,
+    /// The dependency failure rate is above the workers' set point: no scale-out (scale-in
+    /// goes on).
+    FailureRate,
+}
+
 /// The outcome of one decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
@@ -207,6 +222,9 @@ pub struct Decision {
     pub recommended_replicas: i32,
     /// What was decided this time ([`Action::None`] when nothing changes).
     pub action: Action,
+    /// Scale-out deferred short of a hold, and why (`None` when held, ramping, without metrics,
+    /// or when nothing defers it).
+    pub deferral: Option<Deferral>,
     /// Why, in words and numbers.
     pub reason: String,
     /// The decision must not be applied to the target.

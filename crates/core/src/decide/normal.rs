@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use backpressure_api::v1alpha1::{Action, Regime};
 
+use super::Deferral;
 use super::decider::{Decider, Outcome};
 use super::sizing::Sizing;
 use super::time::human;
@@ -33,6 +34,13 @@ impl Decider<'_> {
             .sanitized()
             .failure_rate
             .filter(|f| *f > set_point);
+        out.deferral = if b > s.hold.backoff_above {
+            Some(Deferral::HoldPending)
+        } else if failing.is_some() {
+            Some(Deferral::FailureRate)
+        } else {
+            None
+        };
         if rec > c {
             if b > s.hold.backoff_above {
                 out.reason = format!(
