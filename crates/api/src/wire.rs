@@ -157,7 +157,10 @@ pub struct WorkerConfig {
     pub brake: Option<BrakeConfig>,
 }
 
-/// The brake as the worker sees it.
+/// The brake as the worker sees it. `minBackoff` 1 stops everything, probes included. When it
+/// expires or a later payload lowers or removes it, the worker lifts it gradually (the worker
+/// library's `Brake`, "Lifting gently": a per-pod random delay, then a linear fall), so a fleet
+/// does not return to full permits in the same second.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BrakeConfig {
