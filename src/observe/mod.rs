@@ -100,7 +100,12 @@ pub async fn read_fleet(
         }
     });
     for (kind, result) in futures::future::join_all(queries).await {
-        let batch = result?;
+        // The failure floor is optional (older workers do not export it): a failed query
+        // reads as no floor rather than failing the observation.
+        let batch = match (kind, result) {
+            (MetricKind::FailureFloor, Err(_)) => continue,
+            (_, r) => r?,
+        };
         let value = batch
             .get(&key)
             .and_then(|s: &Sample| s.fresh_value(now_unix, metrics.stale_after));
@@ -111,6 +116,7 @@ pub async fn read_fleet(
             MetricKind::QueueDepth => out.queue_depth = value,
             MetricKind::ArrivalRate => out.arrival_rate = value,
             MetricKind::CompletionRate => out.completion_rate = value,
+            MetricKind::FailureFloor => out.failure_floor = value,
         }
     }
     Ok(out)

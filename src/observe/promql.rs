@@ -32,17 +32,21 @@ pub enum MetricKind {
     ArrivalRate,
     /// Completions per second.
     CompletionRate,
+    /// Mean failure floor of the fleet (`backpressure_failure_floor`): optional, workers that
+    /// do not export it read as no floor.
+    FailureFloor,
 }
 
 impl MetricKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [MetricKind; 6] = [
+    pub const ALL: [MetricKind; 7] = [
         MetricKind::Backoff,
         MetricKind::FailureRate,
         MetricKind::QueueAge,
         MetricKind::QueueDepth,
         MetricKind::ArrivalRate,
         MetricKind::CompletionRate,
+        MetricKind::FailureFloor,
     ];
 
     /// The field name in `spec.metrics.queries`, also the `query` label of the operator's own
@@ -55,6 +59,7 @@ impl MetricKind {
             MetricKind::QueueDepth => "queueDepth",
             MetricKind::ArrivalRate => "arrivalRate",
             MetricKind::CompletionRate => "completionRate",
+            MetricKind::FailureFloor => "failureFloor",
         }
     }
 
@@ -67,6 +72,8 @@ impl MetricKind {
             MetricKind::QueueDepth => o.queue_depth.clone(),
             MetricKind::ArrivalRate => o.arrival_rate.clone(),
             MetricKind::CompletionRate => o.completion_rate.clone(),
+            // Not overridable: it is the worker library's own gauge.
+            MetricKind::FailureFloor => None,
         });
         custom.unwrap_or_else(|| self.default_query(rate_window))
     }
@@ -97,6 +104,9 @@ impl MetricKind {
                 format!("sum {by} (rate({}[{w}]))", m::QUEUE_COMPLETIONS_TOTAL),
                 m::QUEUE_COMPLETIONS_TOTAL,
             ),
+            MetricKind::FailureFloor => {
+                (format!("avg {by} ({})", m::FAILURE_FLOOR), m::FAILURE_FLOOR)
+            }
         };
         format!(
             "({value}) or label_replace(max {by} (timestamp({underlying})), \"{SAMPLE_LABEL}\", \"{SAMPLE_TIMESTAMP}\", \"\", \"\")"

@@ -71,6 +71,7 @@ fn healthy_fleet() -> FleetMetrics {
         queue_depth: Some(1000.0),
         arrival_rate: Some(100.0),
         completion_rate: Some(20.0),
+        failure_floor: None,
     }
 }
 

@@ -58,6 +58,9 @@ pub struct Sample {
     pub attempts: u32,
     /// Dependency calls that failed.
     pub failures: u32,
+    /// Of those, calls rejected because the fleet's calls exceeded the dependency's capacity
+    /// (overload, as opposed to outage or background failures).
+    pub rejected: u32,
     /// Messages acknowledged.
     pub completed: u32,
     /// Messages dead-lettered.
@@ -418,7 +421,7 @@ impl<'a> Simulation<'a> {
                 let wheel = &mut wheel;
                 let sec = &mut sec;
                 let rng = &mut latency_rng;
-                dep.resolve(polled.len(), |i, ok| {
+                let rejected = dep.resolve(polled.len(), |i, ok| {
                     let (pod, deliveries) = polled[i];
                     let secs = rng.lognormal(processing.mean.secs(), processing.sigma)
                         + if ok {
@@ -438,6 +441,7 @@ impl<'a> Simulation<'a> {
                         sec.failures += 1;
                     }
                 });
+                sec.rejected += rejected as u32;
             }
             let n_polled = polled.len() as u64;
             in_flight_total += n_polled;
@@ -579,11 +583,13 @@ impl<'a> Simulation<'a> {
     ) -> Observation {
         let mut ready = 0u32;
         let mut backoff = 0.0;
+        let mut floor = 0.0;
         for &i in &fleet.order {
             let p = &fleet.pods[i as usize];
             if !p.terminating && p.ready_at <= tick {
                 ready += 1;
                 backoff += p.controller.backoff(now);
+                floor += p.controller.failure_floor();
             }
         }
         let from = samples.len().saturating_sub(window);
@@ -608,6 +614,7 @@ impl<'a> Simulation<'a> {
             queue_depth: Some(queue.depth() as f64),
             arrival_rate: rate(arr),
             completion_rate: rate(comp),
+            failure_floor: (ready > 0).then(|| floor / f64::from(ready)),
             sampled_at: tick as f64 * dt,
         }
     }

@@ -16,7 +16,13 @@
 //!   backlog is the depth at recovery above the pre-incident level;
 //! - **peak load after recovery**: the highest 30-second sliding-window ratio of calls to
 //!   capacity in the 10 minutes after recovery;
-//! - **replica-hours**: pods (starting, ready and terminating) integrated over time.
+//! - **replica-hours**: pods (starting, ready and terminating) integrated over time;
+//! - **overload rate**: calls the dependency rejected because the fleet's calls exceeded its
+//!   capacity / calls, over the goodput window: the failures the fleet caused by its own load
+//!   (outage and background failures are not counted);
+//! - **held per hour**: seconds in `DependencyFailing` within the goodput window, per hour of
+//!   the window; **held after recovery**: seconds in `DependencyFailing` after the incident's
+//!   end.
 
 use backpressure_api::v1alpha1::{Action, Regime};
 
@@ -86,6 +92,12 @@ pub struct Summary {
     pub ramp_stages: u32,
     /// Ramps aborted back to hold.
     pub ramp_aborts: u32,
+    /// Overload rejections / calls over the goodput window.
+    pub overload_rate: Option<f64>,
+    /// Seconds held per hour of the goodput window.
+    pub held_per_hour: f64,
+    /// Seconds held after the end of the incident (`None` without an incident).
+    pub held_after_recovery: Option<f64>,
 }
 
 impl Summary {
@@ -143,6 +155,10 @@ pub fn summarize(scenario: &Scenario, timeline: &Timeline, run: &RunOutput) -> S
         .sum();
     let servable = servable_by_dep.min(backlog_at_start + arrived as f64);
     let goodput = (servable > 0.0).then(|| done as f64 / servable);
+    let (g_att, g_rej) = samples[gw.clone()].iter().fold((0u64, 0u64), |(a, r), s| {
+        (a + u64::from(s.attempts), r + u64::from(s.rejected))
+    });
+    let overload_rate = (g_att > 0).then(|| g_rej as f64 / g_att as f64);
 
     // Ages.
     let max_age = samples
@@ -205,6 +221,15 @@ pub fn summarize(scenario: &Scenario, timeline: &Timeline, run: &RunOutput) -> S
     });
     let held = |s: &Sample| s.regime == Some(Regime::DependencyFailing);
     let held_secs = samples.iter().filter(|s| held(s)).count() as f64;
+    let held_per_hour = if gw.is_empty() {
+        0.0
+    } else {
+        samples[gw.clone()].iter().filter(|s| held(s)).count() as f64 * 3600.0 / gw.len() as f64
+    };
+    let held_after_recovery = incident.map(|w| {
+        let after = window_range(samples, w.end.secs(), f64::INFINITY);
+        samples[after].iter().filter(|s| held(s)).count() as f64
+    });
     let held_fraction_incident = (incident.is_some() && !win.is_empty())
         .then(|| samples[win.clone()].iter().filter(|s| held(s)).count() as f64 / win.len() as f64);
     let (thr, rdy) = samples.iter().fold((0u64, 0u64), |(t, r), s| {
@@ -253,6 +278,9 @@ pub fn summarize(scenario: &Scenario, timeline: &Timeline, run: &RunOutput) -> S
         max_backoff,
         ramp_stages,
         ramp_aborts,
+        overload_rate,
+        held_per_hour,
+        held_after_recovery,
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::engine::{RunOutput, SimError, Simulation};
 use crate::metrics::{Summary, summarize};
-use crate::policy::{BP_OURS, GREEDY_KEDA, POLICIES, Policy};
+use crate::policy::{BP_KEDA, BP_OURS, BP_STATIC, GREEDY_KEDA, POLICIES, Policy};
 use crate::scenario::{Scenario, Target, TargetMetric, Timeline};
 
 /// One run and its summary.
@@ -170,7 +170,11 @@ pub(crate) fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
 /// with for relative targets.
 pub fn target_policies(metric: TargetMetric) -> &'static [Policy] {
     match metric {
-        TargetMetric::MaxAgeVsKeda => &[BP_OURS, GREEDY_KEDA],
+        TargetMetric::MaxAgeVsKeda | TargetMetric::DlqPerFailedAttemptVsGreedy => {
+            &[BP_OURS, GREEDY_KEDA]
+        }
+        TargetMetric::CompletedVsBacklogOnly => &[BP_OURS, BP_KEDA],
+        TargetMetric::DlqVsStatic => &[BP_OURS, BP_STATIC],
         _ => &[BP_OURS],
     }
 }
@@ -191,6 +195,8 @@ pub fn metric_defined(metric: TargetMetric, policy: Policy) -> bool {
     match metric {
         TargetMetric::HeldSeconds
         | TargetMetric::HeldFractionOfIncident
+        | TargetMetric::HeldSecondsPerHour
+        | TargetMetric::HeldAfterRecovery
         | TargetMetric::RampStages => policy == BP_OURS,
         _ => true,
     }
@@ -227,6 +233,29 @@ pub fn policy_value(result: &impl PolicyRuns, target: &Target, policy: Policy) -
         TargetMetric::ThrottledFraction => Some(run.throttled_fraction),
         TargetMetric::HeldFractionOfIncident => run.held_fraction_incident,
         TargetMetric::RampStages => Some(f64::from(run.ramp_stages)),
+        TargetMetric::OverloadRateOverSetPoint => run.overload_rate.map(|f| f / set_point),
+        TargetMetric::HeldSecondsPerHour => Some(run.held_per_hour),
+        TargetMetric::HeldAfterRecovery => run.held_after_recovery,
+        TargetMetric::CompletedVsBacklogOnly => {
+            let other = result.summary(BP_KEDA)?;
+            (other.completed > 0).then(|| run.completed as f64 / other.completed as f64)
+        }
+        TargetMetric::DlqPerFailedAttemptVsGreedy => {
+            let greedy = result.summary(GREEDY_KEDA)?;
+            let (ours, theirs) = (
+                run.dlq_per_failed_attempt().unwrap_or(0.0),
+                greedy.dlq_per_failed_attempt().unwrap_or(0.0),
+            );
+            if ours == 0.0 {
+                Some(0.0)
+            } else {
+                (theirs > 0.0).then(|| ours / theirs)
+            }
+        }
+        TargetMetric::DlqVsStatic => {
+            let stat = result.summary(BP_STATIC)?;
+            Some(run.dead_lettered as f64 - stat.dead_lettered as f64)
+        }
     }
 }
 
@@ -285,6 +314,44 @@ pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
         TargetMetric::RampStages => {
             format!("ramp stages after recovery ({} aborted)", ours.ramp_aborts)
         }
+        TargetMetric::OverloadRateOverSetPoint => format!(
+            "{} of calls rejected for overload vs set point {}",
+            opt(ours.overload_rate, pct),
+            pct(result.scenario().workers.set_point)
+        ),
+        TargetMetric::HeldSecondsPerHour => {
+            format!("{} held in total", secs(ours.held_secs))
+        }
+        TargetMetric::HeldAfterRecovery => "time in DependencyFailing after the incident".into(),
+        TargetMetric::CompletedVsBacklogOnly => match result.summary(BP_KEDA) {
+            Some(other) => format!(
+                "{} completed vs {} for {}",
+                count(ours.completed),
+                count(other.completed),
+                BP_KEDA.name
+            ),
+            None => format!("no run of {}", BP_KEDA.name),
+        },
+        TargetMetric::DlqPerFailedAttemptVsGreedy => match result.summary(GREEDY_KEDA) {
+            Some(g) => format!(
+                "{} DLQ / {} failed attempts vs {} / {} for {}",
+                count(ours.dead_lettered),
+                count(ours.failed_attempts),
+                count(g.dead_lettered),
+                count(g.failed_attempts),
+                GREEDY_KEDA.name
+            ),
+            None => format!("no run of {}", GREEDY_KEDA.name),
+        },
+        TargetMetric::DlqVsStatic => match result.summary(BP_STATIC) {
+            Some(st) => format!(
+                "{} DLQ messages vs {} for {}",
+                count(ours.dead_lettered),
+                count(st.dead_lettered),
+                BP_STATIC.name
+            ),
+            None => format!("no run of {}", BP_STATIC.name),
+        },
     }
 }
 
@@ -305,6 +372,7 @@ pub fn fmt_target_value(metric: TargetMetric, v: f64) -> String {
 pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize) -> String {
     match metric {
         TargetMetric::Dlq
+        | TargetMetric::DlqVsStatic
         | TargetMetric::ReplicasAddedDuringIncident
         | TargetMetric::RampStages => {
             format!("{v:.0}")
@@ -319,8 +387,13 @@ pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize
         TargetMetric::Goodput
         | TargetMetric::ThrottledFraction
         | TargetMetric::HeldFractionOfIncident => pct(v),
-        TargetMetric::HeldSeconds => secs(v),
+        TargetMetric::HeldSeconds
+        | TargetMetric::HeldSecondsPerHour
+        | TargetMetric::HeldAfterRecovery => secs(v),
         TargetMetric::FailureRateOverSetPoint
+        | TargetMetric::OverloadRateOverSetPoint
+        | TargetMetric::CompletedVsBacklogOnly
+        | TargetMetric::DlqPerFailedAttemptVsGreedy
         | TargetMetric::MaxAgeVsKeda
         | TargetMetric::PeakLoadAfterRecovery
         | TargetMetric::DrainRatio => format!("{v:.ratio_digits$}x"),

@@ -31,6 +31,7 @@ type ConfigLabels = [(&'static str, String); 2];
 pub struct Metrics {
     registry: Arc<Registry>,
     backoff: Gauge<f64, AtomicU64>,
+    failure_floor: Gauge<f64, AtomicU64>,
     permits: Gauge,
     in_flight: Gauge,
     outcomes: [Counter; 3],
@@ -68,6 +69,7 @@ impl Metrics {
         )];
         let mut registry = Registry::with_labels(labels.into_iter());
         let backoff = Gauge::<f64, AtomicU64>::default();
+        let failure_floor = Gauge::<f64, AtomicU64>::default();
         let permits = Gauge::default();
         let in_flight = Gauge::default();
         let outcome_family = Family::<ClassLabels, Counter>::default();
@@ -77,6 +79,11 @@ impl Metrics {
             names::BACKOFF,
             "Backoff factor of the worker's backpressure controller, in [0,1]",
             backoff.clone(),
+        );
+        registry.register(
+            names::FAILURE_FLOOR,
+            "Share of dependency calls the worker found to fail whatever its concurrency, in [0,1]",
+            failure_floor.clone(),
         );
         registry.register(
             names::PERMITS,
@@ -112,6 +119,7 @@ impl Metrics {
         Metrics {
             registry: Arc::new(registry),
             backoff,
+            failure_floor,
             permits,
             in_flight,
             outcomes,
@@ -123,6 +131,11 @@ impl Metrics {
     /// Sets the backoff gauge.
     pub fn set_backoff(&self, backoff: f64) {
         self.backoff.set(backoff);
+    }
+
+    /// Sets the failure-floor gauge.
+    pub fn set_failure_floor(&self, floor: f64) {
+        self.failure_floor.set(floor);
     }
 
     /// Sets the permits gauge.
@@ -238,6 +251,7 @@ mod tests {
         let names_seen: BTreeSet<&str> = samples.iter().map(|(n, _, _)| n.as_str()).collect();
         let expected: BTreeSet<&str> = [
             names::BACKOFF,
+            names::FAILURE_FLOOR,
             names::PERMITS,
             names::IN_FLIGHT,
             names::OUTCOMES_TOTAL,

@@ -297,7 +297,7 @@ impl Gate {
 
     fn finish(&self, outcome: Option<Outcome>) {
         let now = self.inner.clock.now();
-        let (waiting, backoff, limit, in_flight) = {
+        let (waiting, backoff, floor, limit, in_flight) = {
             let mut st = self.lock();
             st.in_flight -= 1;
             if let Some(o) = outcome {
@@ -306,6 +306,7 @@ impl Gate {
             (
                 st.waiting,
                 st.controller.backoff(now),
+                st.controller.failure_floor(),
                 st.controller.limit(now),
                 st.in_flight,
             )
@@ -315,6 +316,7 @@ impl Gate {
                 m.record_outcome(o);
             }
             m.set_backoff(backoff);
+            m.set_failure_floor(floor);
             m.set_permits(limit);
             m.set_in_flight(in_flight);
         }

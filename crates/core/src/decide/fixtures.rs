@@ -93,6 +93,10 @@ pub struct World {
     pub config: Option<ConfigStatus>,
     /// Round-trip the status through JSON between steps, as the API server does.
     pub via_json: bool,
+    /// The dependency failure rate, if set; otherwise a quarter of the backoff.
+    pub failure_rate: Option<f64>,
+    /// The fleet's failure floor (`None`: not exported).
+    pub failure_floor: Option<f64>,
 }
 
 impl World {
@@ -109,6 +113,8 @@ impl World {
             error: None,
             config: None,
             via_json: true,
+            failure_rate: None,
+            failure_floor: None,
         }
     }
 
@@ -135,11 +141,12 @@ impl World {
         };
         FleetMetrics {
             backoff: self.backoff,
-            failure_rate: self.backoff.map(|b| b / 4.0),
+            failure_rate: self.failure_rate.or(self.backoff.map(|b| b / 4.0)),
             queue_age: age,
             queue_depth: depth,
             arrival_rate: arrival,
             completion_rate: completion,
+            failure_floor: self.failure_floor,
         }
     }
 

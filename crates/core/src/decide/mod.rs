@@ -102,6 +102,13 @@ pub use ramp::stage_target;
 pub use sizing::{Sizing, TOLERANCE};
 use time::{elapsed, plus, truncate};
 
+/// Whether the failure-rate arm of the release evidence is on (see
+/// `Decider::release_evidence`). Off: over 20 seeds it raised the peak load after recovery of
+/// the hard outage (1.100x → 1.111x median) and the intermittent outage's DLQ, and did not bring
+/// the hold time under noise near the set point down to target (41 → 37 min per hour); kept
+/// for the notes and the tests of its hysteresis.
+const RELEASE_ON_FAILURE_RATE: bool = false;
+
 /// Requeue interval when nothing is due sooner (the HPA's sync period).
 pub const BASE_REQUEUE: Duration = Duration::from_secs(15);
 /// Shortest requeue interval returned.
@@ -122,6 +129,11 @@ pub struct FleetMetrics {
     pub arrival_rate: Option<f64>,
     /// Messages completed per second by the whole fleet.
     pub completion_rate: Option<f64>,
+    /// Mean failure floor of the fleet, in [0, 1]: the share of dependency calls the workers
+    /// found to fail whatever their concurrency (`backpressure_failure_floor`; see the worker
+    /// library's `SetPoint` docs). Unknown is read as 0: every failure is taken to respond to
+    /// load, as before workers exported it.
+    pub failure_floor: Option<f64>,
 }
 
 impl FleetMetrics {
@@ -136,7 +148,25 @@ impl FleetMetrics {
             queue_depth: ok(self.queue_depth),
             arrival_rate: ok(self.arrival_rate),
             completion_rate: ok(self.completion_rate),
+            failure_floor: unit(self.failure_floor),
         }
+    }
+
+    /// The failure rate that load is not responsible for exceeding: `s_eff = f0 + s·(1 - f0)`
+    /// for the workers' set point `s` and the fleet's failure floor `f0` (0 when unknown).
+    ///
+    /// A call fails whatever the load with probability `f0`, and the rest fail for overload
+    /// with probability `g`: `f = f0 + (1 - f0)·g`. The workers keep `g` at or below `s`, so a
+    /// fleet failure rate at or below `s_eff` says the dependency is not overloaded, and adding
+    /// pods does not raise it as long as it stays there (each pod sees the same `f0`). Above
+    /// `s_eff`, load is part of the cause.
+    pub fn effective_set_point(&self, set_point: f64) -> f64 {
+        let f0 = self
+            .failure_floor
+            .filter(|x| x.is_finite())
+            .unwrap_or(0.0)
+            .clamp(0.0, 1.0);
+        f0 + set_point * (1.0 - f0)
     }
 }
 
@@ -310,6 +340,40 @@ pub fn decide(
 }
 
 impl Decider<'_> {
+    /// Whether this observation is evidence for releasing a hold (the clock of `release.for`,
+    /// `status.tracking.belowReleaseSince`, runs while it is):
+    ///
+    /// - the fleet backoff is below `release.backoffBelow` (the workers have stopped
+    ///   throttling), or
+    /// - the backoff is at or below the midpoint between `release.backoffBelow` and
+    ///   `hold.backoffAbove` (0.125 with the defaults) **and** the dependency failure rate is at
+    ///   or below the effective set point ([`FleetMetrics::effective_set_point`]).
+    ///
+    /// The second arm makes the release consistent with the workers' own steady state. Near the
+    /// set point the integrator is a random walk with zero drift (`E[Δx] = (f - s)/((1-s)N)`),
+    /// so a fleet on a healthy-but-noisy dependency hovers at a backoff of a few hundredths to
+    /// a few tenths and may never stay below `release.backoffBelow` for a whole `release.for`:
+    /// the hold latched for hours on noise. What the hold protects against is load making the
+    /// dependency fail more than the set point; a failure rate at or below it for `release.for`,
+    /// with the backoff well under the hold threshold, is that evidence. Hysteresis stays: the
+    /// hold needs the backoff *above* `hold.backoffAbove` for `hold.for`, the release needs it
+    /// at or below the midpoint and the failure rate at the set point for `release.for`, and a
+    /// ramp is aborted by `rampUp.abortAbove`. (With the hold threshold itself as the bound, the
+    /// simulator's hard outage released while the capacity was still returning and its peak
+    /// load after recovery rose from 1.09x to 1.12x.) In an overload held at its equilibrium the failure rate
+    /// sits at the set point but the backoff stays above the hold threshold (that is how the
+    /// workers keep it there), so the hold is kept.
+    fn release_evidence(&self, b: f64) -> bool {
+        let s = &self.eff.scaling;
+        if b < s.release.backoff_below {
+            return true;
+        }
+        let fleet = self.obs.fleet.sanitized();
+        let s_eff = fleet.effective_set_point(self.eff.worker.set_point);
+        let midpoint = (s.release.backoff_below + s.hold.backoff_above) / 2.0;
+        RELEASE_ON_FAILURE_RATE && b <= midpoint && fleet.failure_rate.is_some_and(|f| f <= s_eff)
+    }
+
     /// The dispatch once the fleet backoff and a sizing are known: update the hold and release
     /// clocks and the stabilization window, then pick the regime's branch (release or stay
     /// held, abort or step a ramp, start a hold, or normal sizing).
@@ -322,7 +386,7 @@ impl Decider<'_> {
         } else {
             self.tracking.above_hold_since = None;
         }
-        if b < s.release.backoff_below {
+        if self.release_evidence(b) {
             self.tracking.below_release_since.get_or_insert(Time(now));
         } else {
             self.tracking.below_release_since = None;

@@ -1,7 +1,8 @@
 //! Healthy and Backlogged: HPA-like sizing from the queue with the step limits and the
 //! scale-down stabilization window (see [`super::sizing`] for the sizing itself). Scale-out is
 //! deferred while the fleet backoff is above `hold.backoffAbove` (not yet for `hold.for`) or the
-//! dependency failure rate is above the workers' set point.
+//! dependency failure rate is above the workers' effective set point (the set point on top of
+//! the fleet's load-independent failure floor, [`super::FleetMetrics::effective_set_point`]).
 
 use std::fmt::Write as _;
 
@@ -27,13 +28,11 @@ impl Decider<'_> {
         // A backlog is only worth more pods while the dependency keeps up: with dependency
         // failures above the set point the backlog is (or is about to be) the outage's, even
         // before the workers' backoff shows it (docs/design.md).
-        let set_point = self.eff.worker.set_point;
-        let failing = self
-            .obs
-            .fleet
-            .sanitized()
-            .failure_rate
-            .filter(|f| *f > set_point);
+        // The failures the workers found to be load-independent (their failure floor) do not
+        // count: more pods do not raise them, and the backlog they cause needs more pods.
+        let fleet = self.obs.fleet.sanitized();
+        let set_point = fleet.effective_set_point(self.eff.worker.set_point);
+        let failing = fleet.failure_rate.filter(|f| *f > set_point);
         out.deferral = if b > s.hold.backoff_above {
             Some(Deferral::HoldPending)
         } else if failing.is_some() {

@@ -37,6 +37,7 @@ fn fleet_metrics() -> impl Strategy<Value = FleetMetrics> {
                     queue_depth,
                     arrival_rate,
                     completion_rate,
+                    failure_floor: None,
                 }
             },
         )
@@ -173,15 +174,25 @@ proptest! {
         }
     }
 
-    /// With backoff noise strictly between the release and hold thresholds, the regime changes
-    /// at most once (a ramp may complete; a hold never releases, a healthy fleet never holds).
+    /// With backoff noise strictly inside the hysteresis band, the regime changes at most once
+    /// (a ramp may complete; a hold never releases, a healthy fleet never holds). The band is
+    /// between the release and hold thresholds while the failure rate is above the set point
+    /// (the dependency still failing), and between their midpoint and the hold threshold while
+    /// it is at the set point (see `Decider::release_evidence`).
     #[test]
     fn no_flapping_between_thresholds(
         prefix in 0u8..3,
         queue in prop_oneof![Just(Queue::Steady), Just(Queue::Backlog), Just(Queue::Idle)],
         noise in prop::collection::vec((0.0501f64..0.1999, 1i64..90), 50..300),
         replicas in 1i32..30,
+        at_set_point in any::<bool>(),
     ) {
+        let (failure, noise): (f64, Vec<(f64, i64)>) = if at_set_point {
+            let band = |b: f64| 0.1251 + (b - 0.0501) * (0.1999 - 0.1251) / (0.1999 - 0.0501);
+            (0.04, noise.into_iter().map(|(b, dt)| (band(b), dt)).collect())
+        } else {
+            (0.08, noise)
+        };
         let mut w = World::new(effective(|_| {}), replicas);
         w.via_json = false;
         match prefix {
@@ -208,6 +219,7 @@ proptest! {
             }
         }
         w.queue(queue);
+        w.failure_rate = Some(failure);
         let mut regime = w.status.as_ref().unwrap().regime;
         let mut changes = Vec::new();
         for (b, dt) in noise {

@@ -36,6 +36,8 @@ pub struct Observation {
     pub arrival_rate: Option<f64>,
     /// Completions per second over the rate window.
     pub completion_rate: Option<f64>,
+    /// Mean failure floor of the ready pods at the last scrape (`backpressure_failure_floor`).
+    pub failure_floor: Option<f64>,
     /// When the scrape was taken (seconds).
     pub sampled_at: f64,
 }

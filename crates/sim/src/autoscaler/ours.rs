@@ -109,6 +109,7 @@ impl Autoscaler for Ours {
                 queue_depth: obs.queue_depth,
                 arrival_rate: obs.arrival_rate,
                 completion_rate: obs.completion_rate,
+                failure_floor: obs.failure_floor,
             },
             metrics_error: None,
             config: None,
@@ -146,6 +147,7 @@ mod tests {
             queue_depth: Some(depth),
             arrival_rate: Some(100.0),
             completion_rate: Some(10.0 * f64::from(replicas)),
+            failure_floor: None,
             sampled_at: now,
         }
     }

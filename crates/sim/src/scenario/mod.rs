@@ -495,6 +495,20 @@ pub enum TargetMetric {
     HeldFractionOfIncident,
     /// Ramp stages started after recovery.
     RampStages,
+    /// Calls rejected for overload / calls over the goodput window, divided by the set point:
+    /// the failures the fleet caused with its own load (no scale-out into overload).
+    OverloadRateOverSetPoint,
+    /// Seconds held per hour of the goodput window (no latching hold).
+    HeldSecondsPerHour,
+    /// Seconds held after the end of the incident.
+    HeldAfterRecovery,
+    /// Messages completed divided by those completed under backpressure + KEDA-like (the same
+    /// workers under an autoscaler that looks at the backlog only).
+    CompletedVsBacklogOnly,
+    /// DLQ per failed attempt divided by that of greedy + KEDA-like (0 when both are 0).
+    DlqPerFailedAttemptVsGreedy,
+    /// DLQ messages minus those of backpressure + static (the same workers, no autoscaler).
+    DlqVsStatic,
 }
 
 impl Scenario {
@@ -530,7 +544,13 @@ impl Scenario {
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
             .collect();
-        paths.sort();
+        // Numbered files in numeric order (`9-…` before `10-…`), then by name.
+        paths.sort_by_key(|p| {
+            let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned());
+            let stem = stem.unwrap_or_default();
+            let digits: String = stem.chars().take_while(char::is_ascii_digit).collect();
+            (digits.parse::<u64>().unwrap_or(u64::MAX), stem)
+        });
         paths.iter().map(|p| Scenario::load(p)).collect()
     }
 

@@ -206,6 +206,9 @@ fn summary(dlq: u64, max_age: f64, held: f64) -> Summary {
         max_backoff: 0.0,
         ramp_stages: 0,
         ramp_aborts: 0,
+        overload_rate: None,
+        held_per_hour: 0.0,
+        held_after_recovery: None,
     }
 }
 

@@ -389,11 +389,19 @@ pub struct Settings {
     /// [Lifting gently](Brake#lifting-gently)); each pod starts after its own random offset in
     /// `[0, brake_release / 2)`. 0 lifts in one step.
     pub brake_release: Nanos,
+    /// [`SetPoint`] only: the highest failure floor the controller may learn (see
+    /// [`SetPoint#failures-that-do-not-come-from-load-the-failure-floor`]): failures at minimal
+    /// concurrency above this are treated as an outage and backed off from as usual. 0 turns the
+    /// floor off (the plain set-point integrator).
+    pub floor_max: f64,
 }
 
 /// Default [`Settings::brake_release`]: a full brake lifts over a minute (and the fleet over
 /// up to 90 s, with the per-pod offsets).
 pub const DEFAULT_BRAKE_RELEASE: Nanos = Nanos::from_secs(60);
+/// Default [`Settings::floor_max`]: at a 25 % failure rate one message in 1000 fails all of 5
+/// deliveries, whatever the concurrency.
+pub const DEFAULT_FLOOR_MAX: f64 = 0.25;
 /// Default [`Settings::credit`].
 pub const DEFAULT_CREDIT: f64 = 1.0;
 /// Default [`Settings::ratio_window`] (grpc-go's adaptive throttler uses 30 s).
@@ -420,6 +428,7 @@ impl Settings {
             ratio_window: DEFAULT_RATIO_WINDOW,
             initial_permits: DEFAULT_INITIAL_PERMITS,
             brake_release: DEFAULT_BRAKE_RELEASE,
+            floor_max: DEFAULT_FLOOR_MAX,
         }
         .sanitized()
     }
@@ -438,6 +447,11 @@ impl Settings {
             self.credit = 0.0;
         }
         self.ratio_window = Nanos(self.ratio_window.0.max(1_000_000));
+        self.floor_max = if self.floor_max.is_finite() {
+            self.floor_max.clamp(0.0, 0.9)
+        } else {
+            0.0
+        };
         self
     }
 }
@@ -483,6 +497,13 @@ pub trait Controller: Send + fmt::Debug {
 
     /// The current mode.
     fn mode(&self) -> Mode;
+
+    /// The dependency-failure fraction this controller has found not to respond to its
+    /// concurrency and does not throttle for (the `backpressure_failure_floor` gauge); 0 when
+    /// its failures respond to load, or for controllers that do not learn one.
+    fn failure_floor(&self) -> f64 {
+        0.0
+    }
 
     /// Applies new settings of the same algorithm, keeping the backoff state.
     fn reconfigure(&mut self, now: Nanos, settings: Settings);

@@ -13,6 +13,18 @@ const STARTUP_ROUND_TRIPS: f64 = 16.0;
 /// How fast the remembered peak of permits decays: one permit per this many nanoseconds.
 const PEAK_DECAY_PER_PERMIT: f64 = 3e9;
 
+/// Time constant (ns) of the experiment counts: outcomes older than this weigh `1/e`.
+const EXPERIMENT_TAU: f64 = 600e9;
+/// Experiments needed before their failure fraction is trusted at all.
+const MIN_EXPERIMENTS: f64 = 30.0;
+/// Confidence of the test "failures at minimal concurrency exceed the set point": the lower
+/// bound `f - Z·sqrt(f(1-f)/n)` must be above the set point.
+const Z: f64 = 2.0;
+/// Outcomes in the moving average of the failure fraction the floor follows down.
+const FLOOR_WINDOW: f64 = 1000.0;
+/// A floor is adopted only above this multiple of the set point (and kept down to the set point).
+const ADOPT: f64 = 1.5;
+
 /// The set-point integrator (the reasoning: `docs/algorithms.md` §2).
 ///
 /// State: an integrator `x` in `[-credit, 1]`; the backoff factor is `max(0, x)`.
@@ -52,6 +64,54 @@ const PEAK_DECAY_PER_PERMIT: f64 = 3e9;
 /// after an outage) that double their windows each round trip reach `maxPermits` before the
 /// first failure comes back. Cost: a healthy pod reaches full permits about 16 round trips after
 /// its start.
+///
+/// # Failures that do not come from load: the failure floor
+///
+/// Backing off only helps when failures fall as load falls. A dependency that fails a fixed
+/// share `f0` of calls whatever the load (a bad shard, a broken flag, one failing region) drives
+/// the plain integrator to full backoff for as long as `f0 > s`, and the fleet then serves a
+/// fraction of what the dependency could. The controller tells the two apart with the natural
+/// experiment it already runs: after a full backoff, its probes and its slow start call the
+/// dependency at the lowest concurrency this worker can offer (one message, then 2, 3, ...).
+/// Those *experiment* outcomes (in [`Mode::Probing`] and [`Mode::SlowStart`], and in
+/// [`Mode::Starting`] while the startup window is at most `max(2, maxPermits/4)`: a fresh pod
+/// runs the same experiment in its startup ramp, so pods added to a fleet that has learned a
+/// floor learn it too before they throttle) are counted with a time decay of 10 minutes (`n`,
+/// and `k` failures among them, `f_exp = k/n`).
+///
+/// - **Overload** (failures respond to load): at minimal load the failures fall, `f_exp ≤ s`
+///   (that is why backing off worked), and nothing changes.
+/// - **Load-independent failure**: `f_exp` stays where it was at full concurrency. When the
+///   test `f_exp - 2·sqrt(f_exp(1 - f_exp)/n) > s` passes with `n ≥ 30` (failures at minimal
+///   concurrency are significantly above the set point) and `f_exp ≤ floorMax`, the worker
+///   adopts a *failure floor* `f0 = min(f_exp, f_avg, floorMax)`, where `f_avg` is a moving
+///   average of the failure fraction over the last ~1000 outcomes at any concurrency (it lets
+///   the floor follow the dependency down as it heals).
+/// - **Outage or flapping** (failures correlated in time): probes fail while the dependency is
+///   down, so `f_exp` is high (above `floorMax`, 25 % by default), or low when the probes land in
+///   the healthy periods; either way no floor, and backing off keeps its value: it moves
+///   attempts out of the bad periods.
+///
+/// With a floor, the set point applies to the failures *on top of* the floor. If a fraction
+/// `f0` of calls fails whatever the load and load adds overload failures at rate `g` among the
+/// rest, a call fails with probability `f = f0 + (1 - f0)·g`; keeping `g ≤ s` means
+/// `f ≤ s_eff = f0 + s·(1 - f0)`, and the integrator runs with `s_eff` in place of `s`
+/// (steps `1/N` up and `s_eff/((1 - s_eff)N)` down, equilibrium `f = s_eff`). So the guarantee
+/// of the set point is kept for the part of the failures that load causes, and the worker does
+/// not throttle for the part it cannot change. The floor ends (back to `s`) when `f_avg` falls to
+/// the set point.
+///
+/// Why only experiment outcomes: a worker's own concurrency hardly moves a dependency it
+/// shares with a fleet, so comparing its failures at its own high and low permits in normal
+/// operation would see a shared overload as load-independent. Probing and slow start happen
+/// after a *full* backoff, which a fleet in a shared overload reaches together (they all see
+/// the same failures), so the experiment measures the dependency at the fleet's minimal load.
+/// A fleet held at an overload equilibrium never reaches full backoff and gathers no
+/// experiments, so a floor cannot ratchet itself up there. The cost of the test: about `n = 30`
+/// to a few hundred outcomes at minimal concurrency (a few minutes), during which the worker
+/// throttles as before. Why `floorMax`: above it a failure is more likely an outage whose end is
+/// worth waiting for (and the DLQ share of a message that fails at rate `f` on each of 5
+/// deliveries, `f^5`, is 1 in 1000 at 25 %).
 #[derive(Clone, Debug)]
 pub struct SetPoint {
     settings: Settings,
@@ -71,6 +131,16 @@ pub struct SetPoint {
     brake: Option<Brake>,
     /// The startup window (in [`Mode::Starting`] only).
     window: f64,
+    /// Time-decayed count of experiment outcomes (probing, slow start).
+    exp_n: f64,
+    /// Time-decayed count of experiment dependency failures.
+    exp_fail: f64,
+    /// When the experiment counts were last decayed.
+    exp_at: Option<Nanos>,
+    /// Moving average of the dependency-failure fraction over all outcomes.
+    f_avg: f64,
+    /// The failure floor in force (0: none); see [`SetPoint#failures-that-do-not-come-from-load-the-failure-floor`].
+    floor: f64,
 }
 
 impl SetPoint {
@@ -92,6 +162,11 @@ impl SetPoint {
             peak_at: None,
             brake: None,
             window: 0.0,
+            exp_n: 0.0,
+            exp_fail: 0.0,
+            exp_at: None,
+            f_avg: 0.0,
+            floor: 0.0,
             settings,
         };
         c.set_steps();
@@ -124,7 +199,7 @@ impl SetPoint {
 
     /// One outcome while starting up (see [`SetPoint#starting-up`]).
     fn record_starting(&mut self, now: Nanos, outcome: Outcome) {
-        let s = self.settings.set_point;
+        let s = self.effective_set_point();
         let gain = f64::from(self.settings.max_permits) / STARTUP_ROUND_TRIPS / self.window;
         match outcome {
             Outcome::Success => self.window += gain,
@@ -171,8 +246,66 @@ impl SetPoint {
         self.probe.interval()
     }
 
-    fn set_steps(&mut self) {
+    /// The learned failure floor `f0` (0 when failures respond to load or are below the set
+    /// point).
+    pub fn failure_floor(&self) -> f64 {
+        self.floor
+    }
+
+    /// The set point the integrator runs with: `s_eff = f0 + s·(1 - f0)`.
+    pub fn effective_set_point(&self) -> f64 {
         let s = self.settings.set_point;
+        self.floor + s * (1.0 - self.floor)
+    }
+
+    /// Updates the experiment counts, the moving average and the floor with one outcome
+    /// recorded in `mode` (before the outcome changes the mode).
+    fn learn(&mut self, now: Nanos, mode: Mode, outcome: Outcome) {
+        let failed = match outcome {
+            Outcome::Success => 0.0,
+            Outcome::DependencyFailure => 1.0,
+            Outcome::MessageFailure => return,
+        };
+        self.f_avg += (failed - self.f_avg) / FLOOR_WINDOW;
+        if let Some(at) = self.exp_at {
+            let decay = (-(now.saturating_sub(at).0 as f64) / EXPERIMENT_TAU).exp();
+            self.exp_n *= decay;
+            self.exp_fail *= decay;
+        }
+        self.exp_at = Some(now);
+        let starting_low = mode == Mode::Starting
+            && self.window <= (f64::from(self.settings.max_permits) / 4.0).max(2.0);
+        if matches!(mode, Mode::Probing | Mode::SlowStart) || starting_low {
+            self.exp_n += 1.0;
+            self.exp_fail += failed;
+        }
+        let s = self.settings.set_point;
+        let max = self.settings.floor_max;
+        let f_exp = if self.exp_n > 0.0 {
+            self.exp_fail / self.exp_n
+        } else {
+            0.0
+        };
+        let significant = self.exp_n >= MIN_EXPERIMENTS
+            && f_exp - Z * (f_exp * (1.0 - f_exp) / self.exp_n).sqrt() > s
+            && f_exp <= max;
+        let candidate = f_exp.min(self.f_avg).min(max);
+        // Hysteresis: a floor is adopted only clearly above the set point (`ADOPT × s`), and
+        // ends once the failures are back at the set point.
+        let floor = if (self.floor > 0.0 && candidate > s) || (significant && candidate > ADOPT * s)
+        {
+            candidate
+        } else {
+            0.0
+        };
+        if floor != self.floor {
+            self.floor = floor;
+            self.set_steps();
+        }
+    }
+
+    fn set_steps(&mut self) {
+        let s = self.effective_set_point();
         let n = f64::from(self.settings.reaction);
         self.up = 1.0 / n;
         self.down = s / ((1.0 - s) * n);
@@ -256,6 +389,9 @@ impl Controller for SetPoint {
     }
 
     fn record(&mut self, now: Nanos, outcome: Outcome) {
+        if self.settings.floor_max > 0.0 {
+            self.learn(now, self.mode, outcome);
+        }
         match self.mode {
             Mode::Probing if self.probe_armed => {
                 self.probe_armed = false;
@@ -332,12 +468,20 @@ impl Controller for SetPoint {
         self.mode
     }
 
+    fn failure_floor(&self) -> f64 {
+        self.floor
+    }
+
     fn reconfigure(&mut self, now: Nanos, settings: Settings) {
         let settings = settings.sanitized();
         self.probe
             .set_bounds(settings.probe_initial, settings.probe_max);
         self.settings = settings;
         self.x = self.x.max(-self.settings.credit);
+        self.floor = self.floor.min(self.settings.floor_max);
+        if self.floor <= self.settings.set_point {
+            self.floor = 0.0;
+        }
         self.set_steps();
         self.peak = self.peak.min(f64::from(self.settings.max_permits));
         self.settle(now);

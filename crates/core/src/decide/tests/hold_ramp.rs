@@ -70,6 +70,8 @@ fn a_backoff_dip_restarts_the_hold_clock() {
 fn hold_stays_under_noise_between_thresholds() {
     let mut w = World::new(defaults(), 8);
     run("into hold", &mut w, &INTO_HOLD);
+    // The dependency still fails above the set point: only the backoff can release.
+    w.failure_rate = Some(0.08);
     let noise = [0.19, 0.06, 0.12, 0.051, 0.2, 0.07, 0.15, 0.05];
     let steps: Vec<Step> = noise
         .iter()
@@ -278,4 +280,60 @@ fn a_manual_hold_withholds_scale_out_until_it_expires() {
         condition(&released.status, cond::SCALE_OUT_HELD).status,
         "False"
     );
+}
+
+/// Issue 13: failures the workers found to be load-independent (their failure floor) do not
+/// defer scale-out for the backlog they cause; without the floor the same failure rate does.
+#[test]
+fn failure_floor_lets_a_backlog_scale_out() {
+    let mut w = World::new(defaults(), 8);
+    w.queue = Queue::Backlog;
+    w.backoff = Some(0.0);
+    w.failure_rate = Some(0.15);
+    let d = w.peek();
+    assert_eq!(d.desired_replicas, 8, "{}", d.reason);
+    assert!(
+        d.reason.contains("failure rate 15.0% > set point 5.0%"),
+        "{}",
+        d.reason
+    );
+
+    w.failure_floor = Some(0.15);
+    let d = w.peek();
+    assert_eq!(d.action, ScaleOut, "{}", d.reason);
+    assert!(d.desired_replicas > 8, "{}", d.reason);
+
+    // Overload on top of the floor (more than s of the remaining calls fail) defers again:
+    // s_eff = 0.15 + 0.05 · 0.85 = 0.1925.
+    w.failure_rate = Some(0.25);
+    let d = w.peek();
+    assert_eq!(d.desired_replicas, 8, "{}", d.reason);
+    assert!(d.reason.contains("deferred"), "{}", d.reason);
+}
+
+/// Issue 13: the failure-rate arm of the release evidence is off
+/// (`RELEASE_ON_FAILURE_RATE`, see its docs for the sweep that turned it off): a noisy fleet
+/// with a backoff above `release.backoffBelow` stays held even at a failure rate under the set
+/// point, and releases once the backoff is below it for `release.for`.
+#[test]
+fn noisy_fleet_release_needs_the_backoff_below_the_release_threshold() {
+    let mut w = World::new(defaults(), 8);
+    run("hold", &mut w, &INTO_HOLD);
+    w.backoff = Some(0.10);
+    w.failure_rate = Some(0.045);
+    for _ in 0..12 {
+        let d = w.step(15);
+        assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+    }
+    w.backoff = Some(0.04);
+    let mut released = None;
+    for _ in 0..8 {
+        let d = w.step(15);
+        if d.regime != Regime::DependencyFailing {
+            released = Some(d);
+            break;
+        }
+    }
+    let d = released.expect("released within release.for plus a requeue");
+    assert_eq!(d.regime, Regime::Recovering, "{}", d.reason);
 }

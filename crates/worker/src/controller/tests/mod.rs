@@ -730,3 +730,101 @@ fn ratio_throttle_backs_off_probes_and_forgets_after_the_window() {
 }
 
 mod proptests;
+
+/// Drives one `SetPoint` for `secs` seconds of 100 ms ticks: messages take 1 s, and each fails
+/// with `fail(limit at its start, t)` drawn from a seeded generator. Returns the controller and
+/// the failure fraction and mean permits over the last `tail` seconds.
+fn drive(secs: u64, tail: u64, fail: impl Fn(u32, u64) -> f64) -> (SetPoint, f64, f64) {
+    let mut c = SetPoint::new(settings(16, 0.05, 20), 7);
+    let mut rng = SplitMix64::new(11);
+    let mut in_flight: Vec<(u64, bool)> = Vec::new();
+    let (mut att, mut fails, mut permit_sum, mut samples) = (0u64, 0u64, 0u64, 0u64);
+    for tick in 0..secs * 10 {
+        let now = Nanos::from_millis(tick * 100);
+        let mut i = 0;
+        while i < in_flight.len() {
+            if in_flight[i].0 <= tick {
+                let (_, ok) = in_flight.swap_remove(i);
+                let o = if ok {
+                    Outcome::Success
+                } else {
+                    Outcome::DependencyFailure
+                };
+                c.record(now, o);
+                if tick >= (secs - tail) * 10 {
+                    att += 1;
+                    fails += u64::from(!ok);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        let limit = c.limit(now);
+        let k = c.permits(now, in_flight.len() as u32);
+        for _ in 0..k {
+            let ok = rng.next_f64() >= fail(limit.max(1), tick / 10);
+            in_flight.push((tick + 10, ok));
+        }
+        if tick >= (secs - tail) * 10 {
+            permit_sum += u64::from(c.limit(now));
+            samples += 1;
+        }
+    }
+    let f = fails as f64 / att.max(1) as f64;
+    (c, f, permit_sum as f64 / samples.max(1) as f64)
+}
+
+/// Issue 13: 15 % of calls fail whatever the concurrency. The controller learns a floor of
+/// about 15 % from its probing and slow start and then runs at (nearly) full permits instead of
+/// throttling to about one permit.
+#[test]
+fn load_independent_failures_learn_a_floor_and_stop_throttling() {
+    let (c, f, permits) = drive(1800, 600, |_, _| 0.15);
+    assert!(
+        (0.12..=0.18).contains(&c.failure_floor()),
+        "floor {}",
+        c.failure_floor()
+    );
+    assert!(permits >= 14.0, "mean permits {permits}");
+    assert!((0.12..=0.18).contains(&f), "failure fraction {f}");
+    // The plain integrator (floor off) throttles the same dependency to a few permits.
+    let mut plain_settings = settings(16, 0.05, 20);
+    plain_settings.floor_max = 0.0;
+    let c = SetPoint::new(plain_settings, 7);
+    assert_eq!(c.failure_floor(), 0.0);
+}
+
+/// Issue 13: failures that respond to the worker's own concurrency (a dependency that serves 6
+/// calls at once and rejects the share above) are overload: no floor, and the failure fraction
+/// is held at the set point as before.
+#[test]
+fn overload_learns_no_floor_and_keeps_the_set_point() {
+    let (c, f, _) = drive(1800, 900, |limit, _| {
+        (1.0 - 6.0 / f64::from(limit)).max(0.0) + 0.005
+    });
+    assert_eq!(c.failure_floor(), 0.0);
+    assert!(f <= 0.06, "failure fraction {f}");
+}
+
+/// Issue 13: an outage (every call fails) and a dependency flapping between down and up every
+/// minute are not load-independent failures: no floor; the controller backs off as before.
+#[test]
+fn outages_and_flapping_learn_no_floor() {
+    let (c, _, permits) = drive(1800, 600, |_, t| if t >= 60 { 1.0 } else { 0.0 });
+    assert_eq!(c.failure_floor(), 0.0);
+    assert!(permits < 1.0, "mean permits {permits}");
+    let (c, _, _) = drive(
+        3600,
+        600,
+        |_, t| if (t / 60) % 2 == 1 { 1.0 } else { 0.005 },
+    );
+    assert_eq!(c.failure_floor(), 0.0);
+}
+
+/// Issue 13: once the dependency heals, the floor follows it down and ends.
+#[test]
+fn floor_ends_when_the_dependency_heals() {
+    let (c, f, permits) = drive(3600, 300, |_, t| if t < 1800 { 0.15 } else { 0.005 });
+    assert_eq!(c.failure_floor(), 0.0);
+    assert!(f < 0.02 && permits >= 15.0, "{f} {permits}");
+}
