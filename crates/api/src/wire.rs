@@ -107,7 +107,9 @@ pub mod metrics {
     /// [`LABEL_ALGORITHM`].
     pub const CONFIG_INFO: &str = "backpressure_config_info";
 
-    /// Gauge: age in seconds of the oldest message that has not had its first delivery attempt.
+    /// Gauge: the queue age, the age in seconds of the oldest message not yet delivered once
+    /// (waiting for its first delivery attempt; redeliveries do not count), 0 when none waits.
+    /// The one definition used by the API, the operator, the simulator and the lab.
     pub const QUEUE_AGE: &str = "backpressure_queue_oldest_age_seconds";
     /// Gauge: messages waiting in the queue (not counting in flight).
     pub const QUEUE_DEPTH: &str = "backpressure_queue_depth";

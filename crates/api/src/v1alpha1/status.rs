@@ -243,7 +243,7 @@ pub struct FleetStatus {
     /// Dependency failures per attempt, in [0,1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_rate: Option<f64>,
-    /// Age in seconds of the oldest first-attempt message.
+    /// Age in seconds of the oldest message not yet delivered once (redeliveries do not count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_age: Option<f64>,
     /// Messages waiting.

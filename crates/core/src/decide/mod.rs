@@ -121,7 +121,7 @@ pub struct FleetMetrics {
     pub backoff: Option<f64>,
     /// Dependency failures per attempt, in [0, 1].
     pub failure_rate: Option<f64>,
-    /// Age in seconds of the oldest message on its first attempt.
+    /// Age in seconds of the oldest message not yet delivered once (redeliveries do not count).
     pub queue_age: Option<f64>,
     /// Messages waiting.
     pub queue_depth: Option<f64>,
