@@ -1,10 +1,17 @@
 //! Guard mode: clamp the scale-out of an existing autoscaler instead of scaling the target.
 //!
-//! | decision | HorizontalPodAutoscaler (autoscaling/v2) | KEDA ScaledObject (keda.sh/v1alpha1) |
+//! | clamp ([`clamp_for`]) | HorizontalPodAutoscaler (autoscaling/v2) | KEDA ScaledObject (keda.sh/v1alpha1) |
 //! |---|---|---|
-//! | held (DependencyFailing, `ScaleOutHeld`, manual hold) | `spec.behavior.scaleUp.selectPolicy: Disabled` | annotation `autoscaling.keda.sh/paused-scale-out: "true"` |
-//! | ramp stage k | `spec.maxReplicas` = the stage's replicas | `spec.maxReplicaCount` = the stage's replicas |
-//! | anything else, DryRun, another mode, deletion | the original settings | the original settings |
+//! | [`Clamp::Hold`]: no scale-out (failure rate above the set point, manual hold; held or hold pending with `hold.allowScaleIn`) | `spec.behavior.scaleUp.selectPolicy: Disabled` | annotation `autoscaling.keda.sh/paused-scale-out: "true"` |
+//! | [`Clamp::Freeze`]: no scale-out, no scale-in (held, hold pending) | also `spec.behavior.scaleDown.selectPolicy: Disabled` | also annotation `autoscaling.keda.sh/paused-scale-in: "true"` |
+//! | [`Clamp::Ceiling`]: ramp stage k | `spec.maxReplicas` = the stage's replicas | `spec.maxReplicaCount` = the stage's replicas |
+//! | [`Clamp::Free`]: anything else, DryRun, another mode, deletion | the original settings | the original settings |
+//!
+//! Both APIs can stop each direction on its own: `selectPolicy: Disabled` per direction is
+//! part of the HPA's `behavior` (KEDA's two annotations set exactly that on the HPA it
+//! manages, and also stop its scale to and from zero). Raising `minReplicas` to the current
+//! replicas would also stop scale-in, but it changes what the autoscaler reports as its
+//! bounds and is lost if the replicas change under it; the policies are the documented switch.
 //!
 //! Before the first clamp, the original values of exactly the fields Guard mode touches are
 //! recorded on the autoscaler itself, in the annotation [`ORIGINAL_ANNOTATION`], as the JSON
@@ -37,6 +44,8 @@ pub const ORIGINAL_ANNOTATION: &str = "backpressure.dev/original";
 pub const FINALIZER: &str = "backpressure.dev/guard";
 /// KEDA's annotation that disables scale-out of a ScaledObject (KEDA >= 2.18).
 pub const KEDA_PAUSED_SCALE_OUT: &str = "autoscaling.keda.sh/paused-scale-out";
+/// KEDA's annotation that disables scale-in of a ScaledObject (KEDA >= 2.18).
+pub const KEDA_PAUSED_SCALE_IN: &str = "autoscaling.keda.sh/paused-scale-in";
 /// KEDA's default `maxReplicaCount` when the field is absent.
 pub const KEDA_DEFAULT_MAX_REPLICA_COUNT: i64 = 100;
 
@@ -152,29 +161,79 @@ pub fn capture(kind: GuardKind, obj: &Value) -> Value {
             let spec = &obj["spec"];
             let behavior = match spec.get("behavior") {
                 None | Some(Value::Null) => Value::Null,
-                Some(b) => match b.get("scaleUp") {
-                    None | Some(Value::Null) => json!({"scaleUp": null}),
-                    Some(up) => json!({"scaleUp": {
-                        "selectPolicy": up.get("selectPolicy").cloned().unwrap_or(Value::Null)
-                    }}),
-                },
+                Some(b) => json!({
+                    "scaleUp": capture_rules(b.get("scaleUp")),
+                    "scaleDown": capture_rules(b.get("scaleDown")),
+                }),
             };
             json!({"spec": {
                 "maxReplicas": spec.get("maxReplicas").cloned().unwrap_or(Value::Null),
                 "behavior": behavior,
             }})
         }
-        GuardKind::ScaledObject => json!({
-            "metadata": {"annotations": {
-                KEDA_PAUSED_SCALE_OUT: obj["metadata"]["annotations"]
-                    .get(KEDA_PAUSED_SCALE_OUT)
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            }},
-            "spec": {
-                "maxReplicaCount": obj["spec"].get("maxReplicaCount").cloned().unwrap_or(Value::Null),
-            },
-        }),
+        GuardKind::ScaledObject => {
+            let annotations = &obj["metadata"]["annotations"];
+            let keep = |key: &str| annotations.get(key).cloned().unwrap_or(Value::Null);
+            json!({
+                "metadata": {"annotations": {
+                    KEDA_PAUSED_SCALE_OUT: keep(KEDA_PAUSED_SCALE_OUT),
+                    KEDA_PAUSED_SCALE_IN: keep(KEDA_PAUSED_SCALE_IN),
+                }},
+                "spec": {
+                    "maxReplicaCount": obj["spec"].get("maxReplicaCount").cloned().unwrap_or(Value::Null),
+                },
+            })
+        }
+    }
+}
+
+/// The restore patch of one HPA scaling-rules block (`behavior.scaleUp` or `scaleDown`): only
+/// its `selectPolicy`, or `null` when the block was absent.
+fn capture_rules(rules: Option<&Value>) -> Value {
+    match rules {
+        None | Some(Value::Null) => Value::Null,
+        Some(r) => json!({"selectPolicy": r.get("selectPolicy").cloned().unwrap_or(Value::Null)}),
+    }
+}
+
+/// Completes a record written before Guard mode could stop scale-in: it does not say what the
+/// scale-in fields were, and the operator that wrote it never changed them, so their current
+/// values are the originals. Returns whether the record changed.
+fn complete_record(kind: GuardKind, restore: &mut Value, obj: &Value) -> bool {
+    match kind {
+        GuardKind::HorizontalPodAutoscaler => {
+            let Some(behavior) = restore["spec"]
+                .get_mut("behavior")
+                .and_then(Value::as_object_mut)
+            else {
+                // `behavior: null` restores by removing the whole block, scale-in included.
+                return false;
+            };
+            if behavior.contains_key("scaleDown") {
+                return false;
+            }
+            let current = obj["spec"].get("behavior").and_then(|b| b.get("scaleDown"));
+            behavior.insert("scaleDown".into(), capture_rules(current));
+            true
+        }
+        GuardKind::ScaledObject => {
+            let Some(annotations) = restore
+                .get_mut("metadata")
+                .and_then(|m| m.get_mut("annotations"))
+                .and_then(Value::as_object_mut)
+            else {
+                return false;
+            };
+            if annotations.contains_key(KEDA_PAUSED_SCALE_IN) {
+                return false;
+            }
+            let current = obj["metadata"]["annotations"]
+                .get(KEDA_PAUSED_SCALE_IN)
+                .cloned()
+                .unwrap_or(Value::Null);
+            annotations.insert(KEDA_PAUSED_SCALE_IN.into(), current);
+            true
+        }
     }
 }
 
@@ -184,9 +243,28 @@ fn clamped(kind: GuardKind, restore: &Value, obj: &Value, clamp: Clamp) -> Value
     match (kind, clamp) {
         (_, Clamp::Free) => {}
         (GuardKind::HorizontalPodAutoscaler, Clamp::Hold) => {
+            // Scale-in as it was: said explicitly, since a `Freeze` before may have disabled
+            // it and a merge patch that does not name a field leaves it. An absent policy is
+            // the API's default, `Max` (also what the API server fills in for it).
+            let down = restore["spec"]["behavior"]["scaleDown"]["selectPolicy"]
+                .as_str()
+                .unwrap_or("Max")
+                .to_owned();
             merge_patch(
                 &mut want,
-                &json!({"spec": {"behavior": {"scaleUp": {"selectPolicy": "Disabled"}}}}),
+                &json!({"spec": {"behavior": {
+                    "scaleUp": {"selectPolicy": "Disabled"},
+                    "scaleDown": {"selectPolicy": down},
+                }}}),
+            );
+        }
+        (GuardKind::HorizontalPodAutoscaler, Clamp::Freeze) => {
+            merge_patch(
+                &mut want,
+                &json!({"spec": {"behavior": {
+                    "scaleUp": {"selectPolicy": "Disabled"},
+                    "scaleDown": {"selectPolicy": "Disabled"},
+                }}}),
             );
         }
         (GuardKind::HorizontalPodAutoscaler, Clamp::Ceiling(n)) => {
@@ -201,6 +279,11 @@ fn clamped(kind: GuardKind, restore: &Value, obj: &Value, clamp: Clamp) -> Value
                 &["metadata", "annotations", KEDA_PAUSED_SCALE_OUT],
                 json!("true"),
             );
+        }
+        (GuardKind::ScaledObject, Clamp::Freeze) => {
+            for key in [KEDA_PAUSED_SCALE_OUT, KEDA_PAUSED_SCALE_IN] {
+                set_path(&mut want, &["metadata", "annotations", key], json!("true"));
+            }
         }
         (GuardKind::ScaledObject, Clamp::Ceiling(n)) => {
             let original = restore["spec"]["maxReplicaCount"]
@@ -237,11 +320,12 @@ pub fn plan(
         .and_then(Value::as_str);
     let original = match record {
         Some(text) => {
-            let o: Original = serde_json::from_str(text).map_err(|e| GuardError::BadRecord {
-                kind,
-                name: name.to_owned(),
-                why: e.to_string(),
-            })?;
+            let mut o: Original =
+                serde_json::from_str(text).map_err(|e| GuardError::BadRecord {
+                    kind,
+                    name: name.to_owned(),
+                    why: e.to_string(),
+                })?;
             if !o.restore.is_object() {
                 return Err(GuardError::BadRecord {
                     kind,
@@ -256,7 +340,16 @@ pub fn plan(
                     owner: o.owner,
                 });
             }
-            Some((o, text.to_owned()))
+            let text = if complete_record(kind, &mut o.restore, obj) {
+                serde_json::to_string(&o).map_err(|e| GuardError::BadRecord {
+                    kind,
+                    name: name.to_owned(),
+                    why: e.to_string(),
+                })?
+            } else {
+                text.to_owned()
+            };
+            Some((o, text))
         }
         None => None,
     };
@@ -430,6 +523,10 @@ pub async fn sync(
         Clamp::Free => free,
         Clamp::Hold => GuardStatus {
             clamp: GuardClamp::ScaleOutDisabled,
+            ..free
+        },
+        Clamp::Freeze => GuardStatus {
+            clamp: GuardClamp::ScalingDisabled,
             ..free
         },
         Clamp::Ceiling(_) => {
@@ -668,6 +765,115 @@ mod tests {
     }
 
     #[test]
+    fn hpa_freeze_disables_both_directions_and_restores_exactly() {
+        let behavior = json!({
+            "scaleUp": {"selectPolicy": "Min", "stabilizationWindowSeconds": 30,
+                        "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]},
+            "scaleDown": {"selectPolicy": "Max", "stabilizationWindowSeconds": 300,
+                          "policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}]},
+        });
+        for original in [
+            hpa(None, json!({"team": "a"})),
+            hpa(Some(behavior), json!({})),
+        ] {
+            let frozen = apply(
+                &original,
+                plan(HPA, "h", &original, "w", Clamp::Freeze).unwrap(),
+            );
+            assert_eq!(
+                frozen["spec"]["behavior"]["scaleUp"]["selectPolicy"],
+                "Disabled"
+            );
+            assert_eq!(
+                frozen["spec"]["behavior"]["scaleDown"]["selectPolicy"],
+                "Disabled"
+            );
+            assert_eq!(
+                frozen["spec"]["behavior"]["scaleDown"].get("policies"),
+                original["spec"]["behavior"]["scaleDown"].get("policies")
+            );
+            assert_eq!(frozen["spec"]["maxReplicas"], 10);
+            // Freeze → Hold gives scale-in back, with its original select policy (the API's
+            // default, Max, when there was none).
+            let held = apply(&frozen, plan(HPA, "h", &frozen, "w", Clamp::Hold).unwrap());
+            assert_eq!(
+                held["spec"]["behavior"]["scaleUp"]["selectPolicy"],
+                "Disabled"
+            );
+            assert_eq!(
+                held["spec"]["behavior"]["scaleDown"]["selectPolicy"],
+                original["spec"]["behavior"]["scaleDown"]
+                    .get("selectPolicy")
+                    .cloned()
+                    .unwrap_or(json!("Max")),
+                "{held}"
+            );
+            let refrozen = apply(&held, plan(HPA, "h", &held, "w", Clamp::Freeze).unwrap());
+            let free = apply(
+                &refrozen,
+                plan(HPA, "h", &refrozen, "w", Clamp::Free).unwrap(),
+            );
+            assert_eq!(free, normalized(original.clone()));
+        }
+    }
+
+    #[test]
+    fn a_record_from_before_the_scale_in_clamp_is_completed_from_the_object() {
+        // Written by an operator that recorded only scaleUp (and never touched scaleDown).
+        let behavior = json!({
+            "scaleUp": {"selectPolicy": "Disabled"},
+            "scaleDown": {"selectPolicy": "Min", "stabilizationWindowSeconds": 60},
+        });
+        let old = Original {
+            owner: "w".into(),
+            restore: json!({"spec": {"maxReplicas": 10,
+                                     "behavior": {"scaleUp": {"selectPolicy": "Max"}}}}),
+        };
+        let held = hpa(
+            Some(behavior),
+            json!({ORIGINAL_ANNOTATION: serde_json::to_string(&old).unwrap()}),
+        );
+        let frozen = apply(&held, plan(HPA, "h", &held, "w", Clamp::Freeze).unwrap());
+        assert_eq!(
+            frozen["spec"]["behavior"]["scaleDown"]["selectPolicy"],
+            "Disabled"
+        );
+        let record: Original = serde_json::from_str(
+            frozen["metadata"]["annotations"][ORIGINAL_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            record.restore["spec"]["behavior"]["scaleDown"],
+            json!({"selectPolicy": "Min"})
+        );
+        let free = apply(&frozen, plan(HPA, "h", &frozen, "w", Clamp::Free).unwrap());
+        assert_eq!(free["spec"]["behavior"]["scaleUp"]["selectPolicy"], "Max");
+        assert_eq!(free["spec"]["behavior"]["scaleDown"]["selectPolicy"], "Min");
+        assert!(free["metadata"].get("annotations").is_none(), "{free}");
+
+        // The same for a ScaledObject record without the scale-in annotation.
+        let old = Original {
+            owner: "w".into(),
+            restore: json!({"metadata": {"annotations": {KEDA_PAUSED_SCALE_OUT: null}},
+                            "spec": {"maxReplicaCount": 12}}),
+        };
+        let held = scaled_object(
+            Some(12),
+            json!({KEDA_PAUSED_SCALE_OUT: "true",
+                   ORIGINAL_ANNOTATION: serde_json::to_string(&old).unwrap()}),
+        );
+        let frozen = apply(&held, plan(SO, "so", &held, "w", Clamp::Freeze).unwrap());
+        assert_eq!(
+            frozen["metadata"]["annotations"][KEDA_PAUSED_SCALE_IN],
+            "true"
+        );
+        let free = apply(&frozen, plan(SO, "so", &frozen, "w", Clamp::Free).unwrap());
+        assert!(free["metadata"].get("annotations").is_none(), "{free}");
+    }
+
+    #[test]
     fn a_restarted_operator_restores_the_recorded_values_not_its_own_clamp() {
         let original = hpa(None, json!({}));
         let held = apply(
@@ -731,8 +937,18 @@ mod tests {
             (Some(12), json!({"keep": "me"})),
             (None, json!({})),
             (Some(5), json!({KEDA_PAUSED_SCALE_OUT: "false"})),
+            (Some(5), json!({KEDA_PAUSED_SCALE_IN: "true"})),
         ] {
             let original = scaled_object(max, annotations);
+            let frozen = apply(
+                &original,
+                plan(SO, "so", &original, "w", Clamp::Freeze).unwrap(),
+            );
+            for key in [KEDA_PAUSED_SCALE_OUT, KEDA_PAUSED_SCALE_IN] {
+                assert_eq!(frozen["metadata"]["annotations"][key], "true");
+            }
+            let unfrozen = apply(&frozen, plan(SO, "so", &frozen, "w", Clamp::Free).unwrap());
+            assert_eq!(unfrozen, normalized(original.clone()), "max {max:?}");
             let held = apply(
                 &original,
                 plan(SO, "so", &original, "w", Clamp::Hold).unwrap(),

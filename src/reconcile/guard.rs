@@ -86,6 +86,20 @@ pub async fn guard_step(
                     "ScaleOutDisabled",
                     format!("has annotation {}: \"true\"", guard::KEDA_PAUSED_SCALE_OUT),
                 ),
+                (GuardClamp::ScalingDisabled, GuardKind::HorizontalPodAutoscaler) => (
+                    "ScalingDisabled",
+                    "has behavior.scaleUp.selectPolicy and behavior.scaleDown.selectPolicy \
+                     Disabled"
+                        .to_owned(),
+                ),
+                (GuardClamp::ScalingDisabled, GuardKind::ScaledObject) => (
+                    "ScalingDisabled",
+                    format!(
+                        "has annotations {} and {}: \"true\"",
+                        guard::KEDA_PAUSED_SCALE_OUT,
+                        guard::KEDA_PAUSED_SCALE_IN
+                    ),
+                ),
                 (GuardClamp::MaxReplicas, GuardKind::HorizontalPodAutoscaler) => (
                     "MaxReplicasClamped",
                     format!(

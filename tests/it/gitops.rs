@@ -774,7 +774,11 @@ fn the_readme_documents_the_fields_the_operator_writes_with_valid_snippets() {
     assert_eq!(pointers("apps", "StatefulSet"), json!(["/spec/replicas"]));
     assert_eq!(
         pointers("autoscaling", "HorizontalPodAutoscaler"),
-        json!(["/spec/maxReplicas", "/spec/behavior/scaleUp/selectPolicy"])
+        json!([
+            "/spec/maxReplicas",
+            "/spec/behavior/scaleUp/selectPolicy",
+            "/spec/behavior/scaleDown/selectPolicy"
+        ])
     );
     assert_eq!(
         pointers("keda.sh", "ScaledObject"),
@@ -791,6 +795,8 @@ fn the_readme_documents_the_fields_the_operator_writes_with_valid_snippets() {
         format!("`{}`", guard::FINALIZER),
         format!("`{}`", guard::ORIGINAL_ANNOTATION),
         format!("`{}: \"true\"`", guard::KEDA_PAUSED_SCALE_OUT),
+        format!("`{}: \"true\"`", guard::KEDA_PAUSED_SCALE_IN),
+        "`spec.behavior.scaleDown.selectPolicy: Disabled`".to_owned(),
         "`spec.behavior.scaleUp.selectPolicy: Disabled`".to_owned(),
         "`spec.maxReplicas`".to_owned(),
         "`spec.maxReplicaCount`".to_owned(),

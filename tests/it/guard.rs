@@ -4,10 +4,12 @@
 //! The guarded autoscalers are real API objects: an autoscaling/v2 HorizontalPodAutoscaler
 //! (served by kube-apiserver itself) and a KEDA ScaledObject (its CRD installed from
 //! `tests/fixtures/keda-scaledobject-crd.yaml`). No HPA or KEDA controller runs: the tests check
-//! what the operator writes to them: scale-out disabled while held, the ceiling raised stage by
-//! stage during the ramp, and the original spec and annotations restored exactly on release, on
-//! leaving Guard mode (also after an operator restart), when the guard moves to another
-//! autoscaler, and when the WorkerBackpressure is deleted.
+//! what the operator writes to them: scale-out and scale-in disabled while held and while a hold
+//! is pending, scale-out alone while the failure rate is above the set point (or with
+//! `hold.allowScaleIn`), the ceiling raised stage by stage during the ramp, and the original
+//! spec and annotations restored exactly on release, on leaving Guard mode (also after an
+//! operator restart), when the guard moves to another autoscaler, and when the
+//! WorkerBackpressure is deleted.
 
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use backpressure_api::v1alpha1::{GuardClamp, GuardKind, Regime, WorkerBackpressureStatus};
 use backpressure_operator::act::guard::{
-    FINALIZER, KEDA_PAUSED_SCALE_OUT, ORIGINAL_ANNOTATION, api_resource,
+    FINALIZER, KEDA_PAUSED_SCALE_IN, KEDA_PAUSED_SCALE_OUT, ORIGINAL_ANNOTATION, api_resource,
 };
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
@@ -220,10 +222,11 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
     w.apply_guard(json!({})).await;
     w.start_operator().await;
 
-    // Held: the HPA may not scale out; nothing else about it changes.
+    // Held: the HPA may neither scale out nor in (as Active mode); nothing else changes.
     let held = w
-        .wait_autoscaler("scaleUp.selectPolicy Disabled", |a| {
+        .wait_autoscaler("scaleUp and scaleDown selectPolicy Disabled", |a| {
             a["spec"]["behavior"]["scaleUp"]["selectPolicy"] == "Disabled"
+                && a["spec"]["behavior"]["scaleDown"]["selectPolicy"] == "Disabled"
         })
         .await;
     assert_eq!(held["spec"]["maxReplicas"], 30);
@@ -237,10 +240,10 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
     let guard = w
         .wait_guarded(
             Duration::from_secs(10),
-            "status.guard ScaleOutDisabled",
+            "status.guard ScalingDisabled",
             || async {
                 let s = w.status().await;
-                s.guard.filter(|g| g.clamp == GuardClamp::ScaleOutDisabled)
+                s.guard.filter(|g| g.clamp == GuardClamp::ScalingDisabled)
             },
         )
         .await;
@@ -256,10 +259,11 @@ async fn hpa_scale_out_is_disabled_while_held_raised_by_stage_and_restored_exact
     let c = condition(&s, "GuardApplied").expect("GuardApplied");
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
-        ("True", "ScaleOutDisabled")
+        ("True", "ScalingDisabled")
     );
     assert!(
-        c.message.contains("behavior.scaleUp.selectPolicy Disabled"),
+        c.message
+            .contains("behavior.scaleUp.selectPolicy and behavior.scaleDown.selectPolicy Disabled"),
         "{}",
         c.message
     );
@@ -397,10 +401,10 @@ async fn a_restarted_operator_restores_the_recorded_original_when_guard_mode_end
         held["spec"]["behavior"]["scaleUp"]["policies"],
         original["spec"]["behavior"]["scaleUp"]["policies"]
     );
-    assert_eq!(
-        held["spec"]["behavior"]["scaleDown"],
-        original["spec"]["behavior"]["scaleDown"]
-    );
+    // Scale-in is disabled too (held, no hold.allowScaleIn); only its select policy changed.
+    let mut down = original["spec"]["behavior"]["scaleDown"].clone();
+    down["selectPolicy"] = json!("Disabled");
+    assert_eq!(held["spec"]["behavior"]["scaleDown"], down);
     let record = annotation(&held, ORIGINAL_ANNOTATION).unwrap().to_owned();
 
     // Crash while held; a new operator must not take the clamp for the original.
@@ -521,11 +525,11 @@ async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
     let s = w
         .wait_guarded(
             Duration::from_secs(10),
-            "GuardApplied ScaleOutDisabled",
+            "GuardApplied ScalingDisabled",
             || async {
                 let s = w.status().await;
                 condition(&s, "GuardApplied")
-                    .is_some_and(|c| c.reason == "ScaleOutDisabled")
+                    .is_some_and(|c| c.reason == "ScalingDisabled")
                     .then_some(s)
             },
         )
@@ -538,6 +542,8 @@ async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
         "{s:?}"
     );
 
+    // The pause starts while the hold is pending; the ramp needs the hold itself.
+    w.wait_guarded_regime(Regime::DependencyFailing).await;
     // The ramp clamps maxReplicaCount instead, with the pause lifted.
     w.fleet.set(recovered_behind_a_large_backlog);
     let ramp = w
@@ -566,6 +572,164 @@ async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
         annotation(a, KEDA_PAUSED_SCALE_OUT) == Some("true")
     })
     .await;
+    w.delete_wbp_and_wait().await;
+    assert_eq!(guarded_view(&w.autoscaler().await), original_view);
+}
+
+/// The failure rate is above the workers' set point (5 %) while the backoff stays under the
+/// hold threshold: Active mode defers scale-out (not scale-in).
+fn failing_below_the_hold_threshold(k: &mut FleetKnobs) {
+    k.backoff = 0.1;
+    k.failure_rate = 0.3;
+}
+
+/// The backoff is above the hold threshold, not yet for `hold.for`.
+fn hold_pending(k: &mut FleetKnobs) {
+    k.backoff = 0.4;
+    k.failure_rate = 0.0;
+}
+
+fn healthy(k: &mut FleetKnobs) {
+    k.backoff = 0.0;
+    k.failure_rate = 0.0;
+}
+
+fn select_policies(a: &Value) -> (Value, Value) {
+    (
+        a["spec"]["behavior"]["scaleUp"]["selectPolicy"].clone(),
+        a["spec"]["behavior"]["scaleDown"]["selectPolicy"].clone(),
+    )
+}
+
+#[tokio::test]
+async fn hpa_is_clamped_while_the_hold_is_pending_and_while_failures_exceed_the_set_point() {
+    let _serial = serial().await;
+    let mut w = Guarded::new("guard-defer", GuardKind::HorizontalPodAutoscaler).await;
+    let behavior = json!({
+        "scaleUp": {"selectPolicy": "Max", "stabilizationWindowSeconds": 0,
+                    "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}]},
+        "scaleDown": {"selectPolicy": "Min", "stabilizationWindowSeconds": 300,
+                      "policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}]},
+    });
+    let original = w.create_autoscaler(hpa(Some(behavior))).await;
+    let original_view = guarded_view(&original);
+    // The queue is fine (the backlog sizing wants no scale-out): the clamp follows the
+    // dependency, since the HPA sizes from its own metric (CPU here).
+    w.fleet.set(hold_pending);
+    // A hold that stays pending for the whole test.
+    w.apply_guard(json!({"scaling": {"hold": {"for": "10m"}}}))
+        .await;
+    w.start_operator().await;
+
+    // Pending hold: no scale-out and no scale-in.
+    w.wait_autoscaler("both select policies Disabled (hold pending)", |a| {
+        select_policies(a) == (json!("Disabled"), json!("Disabled"))
+    })
+    .await;
+    let s = w
+        .wait_guarded(
+            Duration::from_secs(10),
+            "GuardApplied ScalingDisabled",
+            || async {
+                let s = w.status().await;
+                condition(&s, "GuardApplied")
+                    .is_some_and(|c| c.reason == "ScalingDisabled")
+                    .then_some(s)
+            },
+        )
+        .await;
+    assert_ne!(s.regime, Some(Regime::DependencyFailing), "{s:?}");
+    assert_eq!(
+        condition(&s, "ScaleOutHeld").map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("False", "HoldPending"))
+    );
+    assert!(
+        condition(&s, "GuardApplied")
+            .unwrap()
+            .message
+            .contains("hold pending"),
+        "{s:?}"
+    );
+
+    // Failures above the set point, backoff under the threshold: scale-out only, scale-in back
+    // to the original policy.
+    w.fleet.set(failing_below_the_hold_threshold);
+    let a = w
+        .wait_autoscaler("scale-out Disabled, scale-in Min (failure rate)", |a| {
+            select_policies(a) == (json!("Disabled"), json!("Min"))
+        })
+        .await;
+    assert_eq!(
+        a["spec"]["behavior"]["scaleDown"],
+        original["spec"]["behavior"]["scaleDown"]
+    );
+    let s = w
+        .wait_guarded(
+            Duration::from_secs(10),
+            "status.guard ScaleOutDisabled",
+            || async {
+                let s = w.status().await;
+                s.guard
+                    .as_ref()
+                    .is_some_and(|g| g.clamp == GuardClamp::ScaleOutDisabled)
+                    .then_some(s)
+            },
+        )
+        .await;
+    let c = condition(&s, "GuardApplied").unwrap();
+    assert!(c.message.contains("failure rate"), "{}", c.message);
+
+    // Healthy: the original, exactly.
+    w.fleet.set(healthy);
+    w.wait_autoscaler("the original HPA", |a| guarded_view(a) == original_view)
+        .await;
+    assert!(w.scale_writes().is_empty(), "Guard mode wrote /scale");
+}
+
+#[tokio::test]
+async fn scaled_object_pauses_scale_in_while_held_unless_allowed() {
+    let _serial = serial().await;
+    let mut w = Guarded::new("guard-keda-in", GuardKind::ScaledObject).await;
+    let mut so = scaled_object();
+    so["metadata"]["annotations"] = json!({"team": "payments"});
+    let original = w.create_autoscaler(so).await;
+    let original_view = guarded_view(&original);
+    w.fleet.set(failing);
+    w.apply_guard(json!({})).await;
+    w.start_operator().await;
+
+    let held = w
+        .wait_autoscaler("paused-scale-out and paused-scale-in", |a| {
+            annotation(a, KEDA_PAUSED_SCALE_OUT) == Some("true")
+                && annotation(a, KEDA_PAUSED_SCALE_IN) == Some("true")
+        })
+        .await;
+    assert_eq!(held["spec"], original["spec"]);
+    w.wait_guarded_regime(Regime::DependencyFailing).await;
+
+    // hold.allowScaleIn: the held ScaledObject may scale in again.
+    w.apply_guard(json!({"scaling": {"hold": {"allowScaleIn": true}}}))
+        .await;
+    w.wait_autoscaler("paused-scale-in lifted (allowScaleIn)", |a| {
+        annotation(a, KEDA_PAUSED_SCALE_OUT) == Some("true")
+            && annotation(a, KEDA_PAUSED_SCALE_IN).is_none()
+    })
+    .await;
+    let s = w
+        .wait_guarded(
+            Duration::from_secs(10),
+            "GuardApplied ScaleOutDisabled",
+            || async {
+                let s = w.status().await;
+                condition(&s, "GuardApplied")
+                    .is_some_and(|c| c.reason == "ScaleOutDisabled")
+                    .then_some(s)
+            },
+        )
+        .await;
+    assert_eq!(s.regime, Some(Regime::DependencyFailing));
+
+    // Deleted while held: exactly the original.
     w.delete_wbp_and_wait().await;
     assert_eq!(guarded_view(&w.autoscaler().await), original_view);
 }

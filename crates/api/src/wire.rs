@@ -107,7 +107,9 @@ pub mod metrics {
     /// [`LABEL_ALGORITHM`].
     pub const CONFIG_INFO: &str = "backpressure_config_info";
 
-    /// Gauge: age in seconds of the oldest message that has not had its first delivery attempt.
+    /// Gauge: the queue age, the age in seconds of the oldest message not yet delivered once
+    /// (waiting for its first delivery attempt; redeliveries do not count), 0 when none waits.
+    /// The one definition used by the API, the operator, the simulator and the lab.
     pub const QUEUE_AGE: &str = "backpressure_queue_oldest_age_seconds";
     /// Gauge: messages waiting in the queue (not counting in flight).
     pub const QUEUE_DEPTH: &str = "backpressure_queue_depth";
@@ -162,7 +164,10 @@ pub struct WorkerConfig {
     pub brake: Option<BrakeConfig>,
 }
 
-/// The brake as the worker sees it.
+/// The brake as the worker sees it. `minBackoff` 1 stops everything, probes included. When it
+/// expires or a later payload lowers or removes it, the worker lifts it gradually (the worker
+/// library's `Brake`, "Lifting gently": a per-pod random delay, then a linear fall), so a fleet
+/// does not return to full permits in the same second.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BrakeConfig {

@@ -65,7 +65,7 @@ pub struct Sample {
     pub completed: u32,
     /// Messages dead-lettered.
     pub dead_lettered: u32,
-    /// Age in seconds of the oldest first-attempt message.
+    /// Queue age: seconds since the oldest message not yet delivered once arrived.
     pub queue_age: f32,
     /// Messages waiting (fresh and awaiting redelivery).
     pub depth: u64,

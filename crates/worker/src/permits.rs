@@ -103,6 +103,8 @@ struct State {
     waiting: u32,
     seed: u64,
     brake: Option<Brake>,
+    /// This pod's share of the brake's lift offset, in `[0, 1)` (see [`Brake#lifting-gently`]).
+    brake_jitter: f64,
 }
 
 struct Inner {
@@ -241,12 +243,18 @@ impl Gate {
     }
 
     /// Applies new controller settings and brake at runtime (see
-    /// [`controller::apply_settings`]). `now_unix` converts the brake's expiry.
+    /// [`controller::apply_settings`]). `now_unix` converts the brake's expiry. A brake that
+    /// is lowered or removed lifts gently over `settings.brake_release`, as one that expires
+    /// (see [`Brake#lifting-gently`]).
     pub fn apply(&self, settings: Settings, brake: Option<&BrakeConfig>, now_unix: i64) {
         let now = self.inner.clock.now();
         {
             let mut st = self.lock();
-            let brake = brake.map(|b| Brake::from_wire(b, now, now_unix));
+            let new = brake.map(|b| Brake::from_wire(b, now, now_unix));
+            let release = settings.brake_release;
+            // Offset in [0, release / 2): pods lift at different moments.
+            let offset = Nanos((release.0 as f64 * 0.5 * st.brake_jitter) as u64);
+            let brake = Brake::succeed(st.brake.as_ref(), new, now, release, offset);
             st.brake = brake;
             let seed = st.seed;
             controller::apply_settings(&mut st.controller, now, settings, seed, brake);
@@ -318,12 +326,22 @@ impl Gate {
     }
 }
 
+/// A number in `[0, 1)` that differs between processes: std's per-process random hash keys
+/// (no dependency on a random number crate), mixed with `seed`.
+fn process_random_share(seed: u64) -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(seed);
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// Builds a [`Gate`].
 pub struct GateBuilder {
     controller: Box<dyn Controller>,
     metrics: Option<Metrics>,
     health_check: Option<Arc<dyn HealthCheck>>,
     seed: u64,
+    brake_jitter: Option<f64>,
 }
 
 impl fmt::Debug for GateBuilder {
@@ -343,6 +361,7 @@ impl GateBuilder {
             metrics: None,
             health_check: None,
             seed: 0,
+            brake_jitter: None,
         }
     }
 
@@ -364,8 +383,24 @@ impl GateBuilder {
         self
     }
 
+    /// This pod's share of the brake's lift offset, in `[0, 1)` (the offset is this times
+    /// `brake_release / 2`; see [`Brake#lifting-gently`]). By default it is random per process
+    /// (mixed with [`GateBuilder::seed`]), so that pods started with the same seed still lift
+    /// at different moments; set it for a deterministic test.
+    pub fn brake_jitter(mut self, share: f64) -> Self {
+        self.brake_jitter = Some(if share.is_finite() {
+            share.clamp(0.0, 1.0)
+        } else {
+            0.0
+        });
+        self
+    }
+
     /// The gate.
     pub fn build(self) -> Gate {
+        let brake_jitter = self
+            .brake_jitter
+            .unwrap_or_else(|| process_random_share(self.seed));
         let gate = Gate {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -375,6 +410,7 @@ impl GateBuilder {
                     waiting: 0,
                     seed: self.seed,
                     brake: None,
+                    brake_jitter,
                 }),
                 changed: Notify::new(),
                 clock: Clock::new(),
@@ -682,13 +718,18 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn apply_changes_settings_and_brake_at_runtime() {
-        let gate = Gate::new(controller::from_config(&WorkerConfig::default(), 1));
+        // Offset: 0.5 × brake_release / 2 = 15 s.
+        let gate = Gate::builder(controller::from_config(&WorkerConfig::default(), 1))
+            .brake_jitter(0.5)
+            .build();
         let cfg = WorkerConfig {
             max_permits: 4,
             ..WorkerConfig::default()
         };
+        let settings = Settings::from_config(&cfg);
+        assert_eq!(settings.brake_release, Nanos::from_secs(60));
         gate.apply(
-            Settings::from_config(&cfg),
+            settings.clone(),
             Some(&BrakeConfig {
                 min_backoff: 0.5,
                 expires_at_unix: Some(1_000 + 30),
@@ -696,16 +737,81 @@ mod tests {
             1_000,
         );
         assert_eq!(gate.try_acquire(100).unwrap().granted(), 2);
+        // Expired at 30 s: this pod holds the level for its offset, then it falls by 1 per
+        // minute (0.5 → 0 in 30 s): 2, 3, then 4 permits, not 2 → 4 in one step.
         tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(gate.try_acquire(100).unwrap().granted(), 2);
+        tokio::time::advance(Duration::from_secs(29)).await; // 60 s: level 0.25
+        assert_eq!(gate.try_acquire(100).unwrap().granted(), 3);
+        tokio::time::advance(Duration::from_secs(15)).await; // 75 s: lifted
         assert_eq!(gate.try_acquire(100).unwrap().granted(), 4);
+
+        // A full brake pushed, then removed: it lifts gently too.
+        let full = BrakeConfig {
+            min_backoff: 1.0,
+            expires_at_unix: None,
+        };
+        gate.apply(settings.clone(), Some(&full), 1_000);
+        assert!(
+            gate.try_acquire(100).is_none(),
+            "a full brake stops everything"
+        );
+        gate.apply(settings.clone(), None, 1_000);
+        assert!(
+            gate.try_acquire(100).is_none(),
+            "removed: still held for the offset"
+        );
+        // The same (empty) configuration pushed again does not restart the lift.
+        tokio::time::advance(Duration::from_secs(30)).await; // 15 s into the fall: 0.75
+        gate.apply(settings.clone(), None, 1_000);
+        assert_eq!(gate.try_acquire(100).unwrap().granted(), 1);
+        tokio::time::advance(Duration::from_secs(30)).await; // 0.25
+        assert_eq!(gate.try_acquire(100).unwrap().granted(), 3);
+        tokio::time::advance(Duration::from_secs(15)).await;
+        assert_eq!(gate.try_acquire(100).unwrap().granted(), 4);
+
+        // brake_release 0: the old behaviour, one step.
+        let instant = Settings {
+            brake_release: Nanos::ZERO,
+            ..settings.clone()
+        };
+        gate.apply(instant.clone(), Some(&full), 1_000);
+        assert!(gate.try_acquire(100).is_none());
+        gate.apply(instant, None, 1_000);
+        assert_eq!(gate.try_acquire(100).unwrap().granted(), 4);
+
         gate.apply(
             Settings {
                 algorithm: Algorithm::Off,
-                ..Settings::from_config(&cfg)
+                ..settings
             },
             None,
             1_000,
         );
         assert_eq!(gate.settings().algorithm, Algorithm::Off);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_worker_wakes_up_as_the_brake_lifts() {
+        let gate = Gate::builder(controller::from_config(&WorkerConfig::default(), 1))
+            .brake_jitter(0.0)
+            .build();
+        let settings = Settings::default();
+        let full = BrakeConfig {
+            min_backoff: 1.0,
+            expires_at_unix: Some(1_000 + 10),
+        };
+        gate.apply(settings, Some(&full), 1_000);
+        let start = Instant::now();
+        let p = tokio::time::timeout(Duration::from_secs(120), gate.acquire(100))
+            .await
+            .unwrap();
+        // 16 permits, lifting over 60 s from 10 s: the first permit after 10 + 60/16 s.
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(13_700) && waited <= Duration::from_secs(15),
+            "{waited:?}"
+        );
+        assert_eq!(p.granted(), 1, "one permit, not sixteen");
     }
 }

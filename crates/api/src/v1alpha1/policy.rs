@@ -174,8 +174,10 @@ pub struct PolicyLimits {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.expiresAt)").message("brake.expiresAt is required: an emergency brake must lift itself").field_path(".expiresAt").reason(Reason::FieldValueRequired))]
 pub struct Brake {
-    /// Minimum backoff every matched worker applies, in [0,1]; 1 stops taking new messages
-    /// except probes.
+    /// Minimum backoff every matched worker applies, in [0,1]; 1 stops taking messages
+    /// altogether, probes included, until the brake lifts. When the brake expires, or is
+    /// lowered or removed, each worker's level falls gently (by 1 per minute by default, after
+    /// a random per-pod delay), not in one step.
     #[x_kube(validation = Rule::new("self >= 0.0 && self <= 1.0").message("minBackoff must be between 0 and 1"))]
     pub min_backoff: f64,
     /// The brake lifts itself at this time, so a forgotten brake does not stay on. Required.

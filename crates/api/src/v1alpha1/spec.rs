@@ -76,7 +76,7 @@ use crate::duration::Duration;
         name = "Queue Age",
         type_ = "number",
         json_path = ".status.fleet.queueAge",
-        description = "Age in seconds of the oldest message on its first attempt"
+        description = "Age in seconds of the oldest message not yet delivered once"
     ),
     printcolumn(
         name = "Age",
@@ -93,8 +93,10 @@ pub struct WorkerBackpressureSpec {
 
     /// `Active` (default) scales the target; `DryRun` decides and reports everything, including
     /// what it would have done, and never writes to the target; `Guard` leaves scaling to an
-    /// existing HPA or KEDA ScaledObject (`spec.guard`) and only clamps its scale-out while the
-    /// dependency fails.
+    /// existing HPA or KEDA ScaledObject (`spec.guard`) and clamps it wherever `Active` would
+    /// not scale: no scale-out while held, while a hold is pending or while the failure rate is
+    /// above the set point, no scale-in while held or pending (unless `hold.allowScaleIn`), the
+    /// stage's ceiling during a ramp.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
 
@@ -335,7 +337,8 @@ pub struct QueryOverrides {
     /// Dependency failures per attempt, in [0,1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_rate: Option<String>,
-    /// Age in seconds of the oldest message on its first attempt.
+    /// Age in seconds of the oldest message not yet delivered once (waiting for its first
+    /// delivery attempt; redeliveries do not count), 0 when none waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_age: Option<String>,
     /// Messages waiting.
@@ -366,7 +369,8 @@ pub struct ScalingSpec {
     #[schemars(range(min = 1, max = 100000))]
     pub max_replicas: Option<i32>,
 
-    /// Age of the oldest first-attempt message the workload is willing to serve; the backlog
+    /// Queue age the workload is willing to serve (the age of the oldest message not yet
+    /// delivered once; redeliveries do not count); the backlog
     /// sizing aims to keep the queue age at or below it. Defaults to 60s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_queue_age: Option<Duration>,

@@ -94,9 +94,15 @@ pub enum GuardClamp {
     /// Nothing: the autoscaler runs with its original settings.
     #[default]
     None,
-    /// Scale-out disabled while held: HPA `behavior.scaleUp.selectPolicy: Disabled`, KEDA
+    /// Scale-out disabled (failure rate above the set point, manual hold, or held / hold
+    /// pending with `hold.allowScaleIn`): HPA `behavior.scaleUp.selectPolicy: Disabled`, KEDA
     /// annotation `autoscaling.keda.sh/paused-scale-out: "true"`.
     ScaleOutDisabled,
+    /// Scale-out and scale-in disabled (held, or hold pending, without `hold.allowScaleIn`):
+    /// HPA `behavior.scaleUp.selectPolicy` and `behavior.scaleDown.selectPolicy: Disabled`,
+    /// KEDA annotations `autoscaling.keda.sh/paused-scale-out` and
+    /// `autoscaling.keda.sh/paused-scale-in: "true"`.
+    ScalingDisabled,
     /// During a ramp: the autoscaler may scale out up to `maxReplicas` only.
     MaxReplicas,
 }
@@ -237,7 +243,7 @@ pub struct FleetStatus {
     /// Dependency failures per attempt, in [0,1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_rate: Option<f64>,
-    /// Age in seconds of the oldest first-attempt message.
+    /// Age in seconds of the oldest message not yet delivered once (redeliveries do not count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_age: Option<f64>,
     /// Messages waiting.

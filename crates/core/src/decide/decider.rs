@@ -10,7 +10,7 @@ use backpressure_api::v1alpha1::{
 use k8s_openapi::jiff::Timestamp;
 
 use super::time::plus;
-use super::{DecisionEvent, Observation, conditions, sizing};
+use super::{DecisionEvent, Deferral, Observation, conditions, sizing};
 use crate::resolve::Effective;
 
 /// What one branch of the decision produced, before the status is assembled.
@@ -34,6 +34,8 @@ pub(super) struct Outcome {
     pub(super) metrics: Result<Option<String>, String>,
     /// Events of the branch itself (`HoldReleased`); `finish` adds the rest.
     pub(super) events: Vec<DecisionEvent>,
+    /// Scale-out deferred short of a hold (Healthy and Backlogged only).
+    pub(super) deferral: Option<Deferral>,
 }
 
 /// One decision in progress: the inputs, the tracking block being updated and the deadlines
@@ -161,6 +163,7 @@ impl<'a> Decider<'a> {
             ramp: None,
             metrics: Ok(self.obs.metrics_error.clone()),
             events: Vec::new(),
+            deferral: None,
         }
     }
 }

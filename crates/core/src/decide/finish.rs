@@ -231,6 +231,7 @@ impl Decider<'_> {
             desired_replicas: out.desired,
             recommended_replicas: out.recommended,
             action: out.action,
+            deferral: out.deferral,
             reason: out.reason,
             dry_run: dry,
             events,

@@ -121,7 +121,7 @@ pub struct FleetMetrics {
     pub backoff: Option<f64>,
     /// Dependency failures per attempt, in [0, 1].
     pub failure_rate: Option<f64>,
-    /// Age in seconds of the oldest message on its first attempt.
+    /// Age in seconds of the oldest message not yet delivered once (redeliveries do not count).
     pub queue_age: Option<f64>,
     /// Messages waiting.
     pub queue_depth: Option<f64>,
@@ -221,6 +221,21 @@ pub struct DecisionEvent {
     pub message: String,
 }
 
+/// Why scale-out is deferred in Healthy or Backlogged, short of a hold (module documentation, Healthy / Backlogged).
+/// Active mode simply does not scale out (and, for a pending hold, does not scale in unless
+/// `hold.allowScaleIn`); Guard mode clamps the guarded autoscaler the same way
+/// ([`crate::guard::clamp_for`]). Set whenever the condition holds, also when the backlog
+/// sizing wants no scale-out: the guarded autoscaler sizes from its own metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deferral {
+    /// The fleet backoff is above `hold.backoffAbove`, not yet for `hold.for`: no scale-out, and
+    /// no scale-in unless `hold.allowScaleIn`.
+    HoldPending,
+    /// The dependency failure rate is above the workers' set point: no scale-out (scale-in
+    /// goes on).
+    FailureRate,
+}
+
 /// The outcome of one decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
@@ -237,6 +252,9 @@ pub struct Decision {
     pub recommended_replicas: i32,
     /// What was decided this time ([`Action::None`] when nothing changes).
     pub action: Action,
+    /// Scale-out deferred short of a hold, and why (`None` when held, ramping, without metrics,
+    /// or when nothing defers it).
+    pub deferral: Option<Deferral>,
     /// Why, in words and numbers.
     pub reason: String,
     /// The decision must not be applied to the target.

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use backpressure_api::v1alpha1::{Action, Regime};
 
+use super::Deferral;
 use super::decider::{Decider, Outcome};
 use super::sizing::Sizing;
 use super::time::human;
@@ -32,6 +33,13 @@ impl Decider<'_> {
         let fleet = self.obs.fleet.sanitized();
         let set_point = fleet.effective_set_point(self.eff.worker.set_point);
         let failing = fleet.failure_rate.filter(|f| *f > set_point);
+        out.deferral = if b > s.hold.backoff_above {
+            Some(Deferral::HoldPending)
+        } else if failing.is_some() {
+            Some(Deferral::FailureRate)
+        } else {
+            None
+        };
         if rec > c {
             if b > s.hold.backoff_above {
                 out.reason = format!(

@@ -4,7 +4,7 @@
 //! # Backlog sizing
 //!
 //! Notation: `c` current replicas (from `/scale`), `r` ready pods, `λ` arrival rate, `μ` fleet
-//! completion rate (messages/s), `D` queue depth, `A` age of the oldest first-attempt message,
+//! completion rate (messages/s), `D` queue depth, `A` queue age (the oldest message not yet delivered once),
 //! `T` `targetQueueAge`, `tol` = [`TOLERANCE`] (0.1, the HPA default).
 //!
 //! * Per-pod throughput `p = μ / r` (known when `r > 0` and `μ > 0`).

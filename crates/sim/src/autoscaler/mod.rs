@@ -28,7 +28,7 @@ pub struct Observation {
     pub backoff: Option<f64>,
     /// Dependency failures per attempt over the rate window.
     pub failure_rate: Option<f64>,
-    /// Age in seconds of the oldest first-attempt message at the last scrape.
+    /// Queue age (the oldest message not yet delivered once) at the last scrape, seconds.
     pub queue_age: Option<f64>,
     /// Messages waiting at the last scrape.
     pub queue_depth: Option<f64>,

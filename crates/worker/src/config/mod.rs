@@ -308,6 +308,7 @@ impl ConfigState {
             credit: self.base.credit,
             health_check_probes: self.base.health_check_probes,
             ratio_window: self.base.ratio_window,
+            brake_release: self.base.brake_release,
             ..Settings::from_config(cfg)
         };
         self.gate.apply(settings, cfg.brake.as_ref(), now_unix);

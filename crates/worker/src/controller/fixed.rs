@@ -64,8 +64,7 @@ impl Controller for Fixed {
             None,
             self.brake
                 .as_ref()
-                .and_then(|b| b.until)
-                .filter(|t| *t > now),
+                .and_then(|b| b.next_change(now, self.settings.max_permits)),
         )
     }
 }

@@ -187,18 +187,41 @@ impl fmt::Display for Mode {
 }
 
 /// The operator's emergency brake in controller time: a minimum backoff, optionally until a
-/// moment.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// moment, and how it lifts.
+///
+/// # Lifting gently
+///
+/// A brake that ends (its expiry passes, or a push lowers or removes it) does not return the
+/// worker to full permits in one step: every pod of the fleet would do so in the same second, the
+/// thundering herd that turns a recovering dependency over again. Instead the brake's level
+/// falls linearly to the new one, by 1 per [`Settings::brake_release`] (a full brake lifts in
+/// `brake_release`, one of 0.5 in half of it), and each pod starts its fall after its own
+/// random offset, uniform in `[0, brake_release / 2)` (drawn once per [`crate::permits::Gate`]).
+/// Permits follow the level (`floor(maxPermits · (1 − level))`), so a fleet comes back as a
+/// ramp spread over up to `1.5 × brake_release` rather than a step; the controller's own
+/// backoff still applies on top (a dependency that fails again during the ramp is backed off
+/// from as usual). `brake_release` 0 lifts in one step.
+///
+/// A full brake (`min_backoff` 1) stops everything, probes included: no permit and no probe
+/// until it lifts.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Brake {
     /// Minimum backoff in `[0, 1]`.
     pub min_backoff: f64,
     /// The brake lifts itself at this time, if set.
     pub until: Option<Nanos>,
+    /// How long a full brake takes to lift ([`Settings::brake_release`]); 0 lifts at once.
+    pub release: Nanos,
+    /// This pod's delay before its level starts to fall.
+    pub offset: Nanos,
+    /// An earlier, higher level still falling: `(level, from when it falls)`.
+    pub lift: Option<(f64, Nanos)>,
 }
 
 impl Brake {
     /// Converts the wire brake (whose expiry is Unix seconds) to controller time, given the
     /// current time in both clocks. An expiry already in the past gives a brake that is inactive.
+    /// It lifts at once (see [`Brake::succeed`] for a gentle lift).
     pub fn from_wire(brake: &BrakeConfig, now: Nanos, now_unix: i64) -> Brake {
         let until = brake.expires_at_unix.map(|t| {
             let ahead = t.saturating_sub(now_unix);
@@ -211,15 +234,102 @@ impl Brake {
         Brake {
             min_backoff: clamp01(brake.min_backoff),
             until,
+            ..Brake::default()
         }
     }
 
-    /// The minimum backoff in force at `now`, if any.
-    pub fn active(&self, now: Nanos) -> Option<f64> {
+    /// The brake that follows `old` when `new` is pushed (`None`: removed) at `now`, lifting
+    /// gently over `release` with this pod's `offset` (see [Lifting gently](Brake#lifting-gently)):
+    /// if the new level is below the old one, the old level falls to it from `now + offset`; a
+    /// fall already under way goes on. `None` when nothing is left to apply.
+    pub fn succeed(
+        old: Option<&Brake>,
+        new: Option<Brake>,
+        now: Nanos,
+        release: Nanos,
+        offset: Nanos,
+    ) -> Option<Brake> {
+        let mut next = new.unwrap_or_default();
+        next.release = release;
+        next.offset = offset;
+        next.lift = None;
+        let new_level = next.steady(now).unwrap_or(0.0);
+        if let Some(old) = old {
+            let old_level = old.active(now).unwrap_or(0.0);
+            if old_level > new_level {
+                next.lift = if old.steady(now).unwrap_or(0.0) > new_level {
+                    // The old brake itself was in force and now drops.
+                    Some((old_level, now + offset))
+                } else {
+                    // A fall under way (an earlier drop, or the old expiry): it goes on.
+                    [old.lift, old.expiry_fall()]
+                        .into_iter()
+                        .flatten()
+                        .max_by(|a, b| old.fall(*a, now).total_cmp(&old.fall(*b, now)))
+                };
+            }
+        }
+        let empty = next.min_backoff <= 0.0 && next.until.is_none() && next.lift.is_none();
+        (!empty).then_some(next)
+    }
+
+    /// The level of the brake itself (without any fall): `min_backoff` until it expires.
+    fn steady(&self, now: Nanos) -> Option<f64> {
         match self.until {
             Some(t) if now >= t => None,
             _ => Some(clamp01(self.min_backoff)),
         }
+    }
+
+    /// The expired brake's own fall, once its expiry has passed.
+    fn expiry_fall(&self) -> Option<(f64, Nanos)> {
+        self.until
+            .map(|t| (clamp01(self.min_backoff), t + self.offset))
+    }
+
+    /// The level of a fall `(from, start)` at `now`.
+    fn fall(&self, (from, start): (f64, Nanos), now: Nanos) -> f64 {
+        if now < start {
+            return from;
+        }
+        if self.release.0 == 0 {
+            return 0.0;
+        }
+        from - now.saturating_sub(start).as_secs_f64() / self.release.as_secs_f64()
+    }
+
+    /// The minimum backoff in force at `now`, if any: the brake's level, or the level of a
+    /// brake still lifting.
+    pub fn active(&self, now: Nanos) -> Option<f64> {
+        let steady = self.steady(now);
+        let expired = self
+            .until
+            .filter(|t| now >= *t)
+            .and_then(|_| self.expiry_fall())
+            .map(|f| self.fall(f, now));
+        let lift = self.lift.map(|f| self.fall(f, now));
+        let level = [steady, expired, lift]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max)?;
+        (level > 0.0).then(|| clamp01(level))
+    }
+
+    /// The next time after `now` at which the permits cap may rise without a new outcome: the
+    /// expiry, the start of a fall, or (while falling) when the level has fallen by one permit
+    /// of `max_permits`.
+    pub fn next_change(&self, now: Nanos, max_permits: u32) -> Option<Nanos> {
+        let mut next = self.until.filter(|t| *t > now);
+        let falls = [self.lift, self.until.and_then(|_| self.expiry_fall())];
+        for (from, start) in falls.into_iter().flatten() {
+            if start > now {
+                next = earliest(next, Some(start));
+            } else if self.fall((from, start), now) > 0.0 && self.release.0 > 0 {
+                let step = self.release.0 / u64::from(max_permits.max(1));
+                next = earliest(next, Some(now + Nanos(step.max(1_000_000))));
+            }
+        }
+        next
     }
 }
 
@@ -275,6 +385,10 @@ pub struct Settings {
     /// assert_eq!((c.mode(), c.permits(now, 0), c.backoff(now)), (Mode::Normal, 16, 0.0));
     /// ```
     pub initial_permits: u32,
+    /// How long a full brake takes to lift when it expires or is lowered or removed (see
+    /// [Lifting gently](Brake#lifting-gently)); each pod starts after its own random offset in
+    /// `[0, brake_release / 2)`. 0 lifts in one step.
+    pub brake_release: Nanos,
     /// [`SetPoint`] only: the highest failure floor the controller may learn (see
     /// [`SetPoint#failures-that-do-not-come-from-load-the-failure-floor`]): failures at minimal
     /// concurrency above this are treated as an outage and backed off from as usual. 0 turns the
@@ -282,6 +396,9 @@ pub struct Settings {
     pub floor_max: f64,
 }
 
+/// Default [`Settings::brake_release`]: a full brake lifts over a minute (and the fleet over
+/// up to 90 s, with the per-pod offsets).
+pub const DEFAULT_BRAKE_RELEASE: Nanos = Nanos::from_secs(60);
 /// Default [`Settings::floor_max`]: at a 25 % failure rate one message in 1000 fails all of 5
 /// deliveries, whatever the concurrency.
 pub const DEFAULT_FLOOR_MAX: f64 = 0.25;
@@ -310,6 +427,7 @@ impl Settings {
             health_check_probes: false,
             ratio_window: DEFAULT_RATIO_WINDOW,
             initial_permits: DEFAULT_INITIAL_PERMITS,
+            brake_release: DEFAULT_BRAKE_RELEASE,
             floor_max: DEFAULT_FLOOR_MAX,
         }
         .sanitized()
@@ -394,7 +512,7 @@ pub trait Controller: Send + fmt::Debug {
     fn set_brake(&mut self, brake: Option<Brake>);
 
     /// The earliest future time at which [`Controller::permits`] may grant more without a new
-    /// outcome (a probe coming due, a brake expiring), if any. A waiting worker sleeps until then.
+    /// outcome (a probe coming due, a brake expiring or lifting), if any. A waiting worker sleeps until then.
     fn next_change(&self, now: Nanos) -> Option<Nanos>;
 
     /// With [`Settings::health_check_probes`]: whether a health check should run now instead of

@@ -310,8 +310,7 @@ impl Controller for RatioThrottle {
         let brake = self
             .brake
             .as_ref()
-            .and_then(|b| b.until)
-            .filter(|t| *t > now);
+            .and_then(|b| b.next_change(now, self.settings.max_permits));
         earliest(earliest(probe, next_bin), brake)
     }
 

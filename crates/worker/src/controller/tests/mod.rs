@@ -430,18 +430,20 @@ fn brake_is_a_minimum_backoff_until_it_expires() {
     c.set_brake(Some(Brake {
         min_backoff: 0.5,
         until: Some(until),
+        ..Brake::default()
     }));
     assert_eq!(c.backoff(T0), 0.5);
     assert_eq!(c.permits(T0, 0), 8);
     assert_eq!(c.next_change(T0), Some(until));
     assert_eq!(c.backoff(until), 0.0);
     assert_eq!(c.permits(until, 0), 16);
-    // A full brake stops probes too.
+    // A full brake stops probes too (what the CRD and docs say).
     let mut c = plain(16, 0.05, 20);
     back_off_fully(&mut c, T0);
     c.set_brake(Some(Brake {
         min_backoff: 1.0,
         until: None,
+        ..Brake::default()
     }));
     assert_eq!(c.permits(T0 + Nanos::from_secs(3600), 0), 0);
     // Fixed honours the brake, Off ignores it.
@@ -463,6 +465,7 @@ fn brake_is_a_minimum_backoff_until_it_expires() {
         c.set_brake(Some(Brake {
             min_backoff: 0.75,
             until: None,
+            ..Brake::default()
         }));
         for _ in 0..100 {
             c.record(T0, Outcome::DependencyFailure);
@@ -472,6 +475,98 @@ fn brake_is_a_minimum_backoff_until_it_expires() {
     assert_eq!(fixed.backoff(T0), 0.75);
     assert_eq!(off.permits(T0, 0), 16);
     assert_eq!(off.backoff(T0), 0.0);
+}
+
+fn secs(s: u64) -> Nanos {
+    T0 + Nanos::from_secs(s)
+}
+
+/// A brake as a gate with this release and offset holds it after `succeed`.
+fn lifting(min_backoff: f64, until: Option<Nanos>, offset: u64) -> Brake {
+    let b = Brake {
+        min_backoff,
+        until,
+        ..Brake::default()
+    };
+    Brake::succeed(
+        None,
+        Some(b),
+        T0,
+        Nanos::from_secs(60),
+        Nanos::from_secs(offset),
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_expiring_brake_lifts_gently_after_this_pods_offset() {
+    let brake = lifting(1.0, Some(secs(10)), 20);
+    let mut c = build(Settings::default(), 1);
+    c.set_brake(Some(brake));
+    let permits = |c: &mut Box<dyn Controller>, t: u64| c.permits(secs(t), 0);
+    assert_eq!(permits(&mut c, 0), 0);
+    // Expired at 10 s, held for this pod's 20 s offset, then 1/60 per second.
+    assert_eq!(permits(&mut c, 10), 0);
+    assert_eq!(permits(&mut c, 29), 0);
+    assert_eq!(c.next_change(secs(29)), Some(secs(30)));
+    assert_eq!(permits(&mut c, 45), 4, "a quarter of the way");
+    assert!((c.backoff(secs(45)) - 0.75).abs() < 1e-9);
+    // While falling, the worker is woken for each permit (60 s / 16 permits).
+    assert_eq!(
+        c.next_change(secs(45)),
+        Some(secs(45) + Nanos::from_millis(3750))
+    );
+    assert_eq!(permits(&mut c, 60), 8);
+    assert_eq!(permits(&mut c, 90), 16);
+    assert_eq!(c.backoff(secs(90)), 0.0);
+    assert_eq!(c.next_change(secs(90)), None);
+    // Another pod (another offset) lifts at another moment: no common step.
+    let mut other = build(Settings::default(), 1);
+    other.set_brake(Some(lifting(1.0, Some(secs(10)), 5)));
+    assert_eq!(other.permits(secs(30), 0), 4);
+    assert_eq!(c.permits(secs(30), 0), 0);
+}
+
+#[test]
+fn a_removed_or_lowered_brake_falls_to_the_new_level() {
+    let release = Nanos::from_secs(60);
+    let offset = Nanos::from_secs(6);
+    let full = lifting(1.0, None, 6);
+    // Lowered to 0.5 at 0 s: held at 1 until 6 s, then falls to 0.5 by 36 s.
+    let half = Brake {
+        min_backoff: 0.5,
+        ..Brake::default()
+    };
+    let lowered = Brake::succeed(Some(&full), Some(half), T0, release, offset).unwrap();
+    assert_eq!(lowered.active(secs(5)), Some(1.0));
+    assert!((lowered.active(secs(21)).unwrap() - 0.75).abs() < 1e-9);
+    assert_eq!(lowered.active(secs(40)), Some(0.5));
+    // The same brake pushed again mid-fall: the fall goes on, no new offset.
+    let again = Brake::succeed(Some(&lowered), Some(half), secs(21), release, offset).unwrap();
+    assert!((again.active(secs(21)).unwrap() - 0.75).abs() < 1e-9);
+    assert!((again.active(secs(27)).unwrap() - 0.65).abs() < 1e-9);
+    // Removed at 40 s: from 0.5 to nothing, after the offset.
+    let removed = Brake::succeed(Some(&again), None, secs(40), release, offset).unwrap();
+    assert_eq!(removed.active(secs(46)), Some(0.5));
+    assert!((removed.active(secs(61)).unwrap() - 0.25).abs() < 1e-9);
+    assert_eq!(removed.active(secs(76)), None);
+    // Once lifted, a new push leaves nothing behind.
+    assert_eq!(
+        Brake::succeed(Some(&removed), None, secs(80), release, offset),
+        None
+    );
+    // A removed brake that had already expired and lifted leaves nothing either.
+    let expired = lifting(0.5, Some(secs(1)), 0);
+    assert_eq!(
+        Brake::succeed(Some(&expired), None, secs(100), release, offset),
+        None
+    );
+    // A removal in the middle of an expiry's fall continues that fall.
+    let mid = Brake::succeed(Some(&expired), None, secs(16), release, offset).unwrap();
+    assert!((mid.active(secs(16)).unwrap() - 0.25).abs() < 1e-9);
+    // Release 0: one step, as before.
+    let step = Brake::succeed(Some(&full), None, T0, Nanos::ZERO, Nanos::ZERO);
+    assert_eq!(step.and_then(|b| b.active(T0)), None);
 }
 
 #[test]
@@ -552,6 +647,7 @@ fn reconfigure_keeps_state_and_algorithm_change_carries_backoff() {
     c2.set_brake(Some(Brake {
         min_backoff: 0.25,
         until: None,
+        ..Brake::default()
     }));
     apply_settings(&mut c2, T0, Settings::default(), 1, c2_brake());
     assert_eq!(c2.algorithm(), Algorithm::SetPoint);
@@ -562,6 +658,7 @@ fn c2_brake() -> Option<Brake> {
     Some(Brake {
         min_backoff: 0.25,
         until: None,
+        ..Brake::default()
     })
 }
 

@@ -158,6 +158,7 @@ proptest! {
                 Op::Brake(b) => c.set_brake(b.map(|(min, secs)| Brake {
                     min_backoff: min,
                     until: Some(now + Nanos::from_secs(u64::from(secs))),
+                    ..Brake::default()
                 })),
                 Op::Reconfigure(p, s, n) => {
                     let settings = Settings {
