@@ -533,12 +533,19 @@ async fn a_hold_stops_scale_out_until_it_is_released() {
     let r = w.status().await.replicas.unwrap();
     assert_eq!(r.desired, 2, "desired is the held replica count: {s:?}");
 
-    // The plugin shows the fleet as the operator sees it.
+    // The plugin shows the fleet as the operator sees it: held at 2 of 2, with the backlog's
+    // recommendation above. The recommendation follows the growing queue age, so it may have
+    // moved since `r` was read: the row is checked against the hold, not against `r`.
     let t = ok(&["status", "-n", &w.scene.ns]);
     let row = t.lines().find(|l| l.contains(" w ")).unwrap_or_default();
+    let recommended = row
+        .split_once("2/2/")
+        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<i32>().ok());
     assert!(
-        row.contains("(hold)") && row.contains(&format!("2/2/{}", r.recommended)),
-        "{t}"
+        row.contains("(hold)") && recommended.is_some_and(|n| n > 2),
+        "expected a held row 2/2/<recommended above 2> (status said {}): {t}",
+        r.recommended
     );
     let e = ok(&["explain", "w", "-n", &w.scene.ns]);
     assert!(e.contains("scale-out held until"), "{e}");
