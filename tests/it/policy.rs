@@ -19,11 +19,10 @@ use backpressure_envtest::TestEnv;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
 
 use crate::common::crds::install_crds;
-use crate::common::operator::{Operator, render_chart};
+use crate::common::operator::{Operator, apply_cluster_objects, render_chart};
 use crate::common::pods::{self, FakePod};
 use crate::common::scene::{
     self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object,
@@ -465,23 +464,7 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
 /// Renders the chart's admission policies with helm and applies them.
 async fn install_admission(client: &kube::Client) -> Vec<(kube::discovery::ApiResource, String)> {
     let objects = render_chart(&["templates/validatingadmissionpolicy.yaml"]);
-    let discovery = Discovery::new(client.clone()).run().await.unwrap();
-    let mut installed = Vec::new();
-    for obj in objects {
-        let gvk = kube::core::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
-        let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
-        assert_eq!(caps.scope, Scope::Cluster);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let name = obj.metadata.name.clone().unwrap();
-        api.patch(
-            &name,
-            &PatchParams::apply("test-install").force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", ar.kind));
-        installed.push((ar, name));
-    }
+    let installed = apply_cluster_objects(client, objects).await;
     let mut kinds: Vec<&str> = installed.iter().map(|(ar, _)| ar.kind.as_str()).collect();
     kinds.sort_unstable();
     assert_eq!(

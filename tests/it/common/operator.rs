@@ -83,6 +83,32 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
     .clone()
 }
 
+/// Server-side applies cluster-scoped `objects` (rendered by [`render_chart`]) and returns what
+/// was applied, for the caller to delete.
+pub async fn apply_cluster_objects(
+    client: &kube::Client,
+    objects: Vec<DynamicObject>,
+) -> Vec<(kube::discovery::ApiResource, String)> {
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
+    let mut installed = Vec::new();
+    for obj in objects {
+        let gvk = kube::core::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+        let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
+        assert_eq!(caps.scope, Scope::Cluster);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let name = obj.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply("test-install").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", ar.kind));
+        installed.push((ar, name));
+    }
+    installed
+}
+
 /// Renders `templates` of the chart with helm (release `backpressure-operator` in
 /// [`OPERATOR_NAMESPACE`]) and returns the objects.
 pub fn render_chart(templates: &[&str]) -> Vec<DynamicObject> {

@@ -11,11 +11,10 @@ use backpressure_api::v1alpha1::GuardKind;
 use backpressure_operator::act::guard::api_resource;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::discovery::{Discovery, Scope};
 use serde_json::json;
 
 use crate::common::fleet::steady;
-use crate::common::operator::render_chart_with;
+use crate::common::operator::{apply_cluster_objects, render_chart_with};
 use crate::common::scene::{condition, merge, spec, wait_for};
 use crate::common::serial;
 use crate::common::tenant::Tenant;
@@ -32,23 +31,7 @@ async fn install_scope(
         &["templates/admission-scope.yaml"],
         &["admission.scope.enabled=true", &selector],
     );
-    let discovery = Discovery::new(client.clone()).run().await.unwrap();
-    let mut installed = Vec::new();
-    for obj in objects {
-        let gvk = kube::core::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
-        let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
-        assert_eq!(caps.scope, Scope::Cluster);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let name = obj.metadata.name.clone().unwrap();
-        api.patch(
-            &name,
-            &PatchParams::apply("test-install").force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", ar.kind));
-        installed.push((ar, name));
-    }
+    let installed = apply_cluster_objects(client, objects).await;
     assert_eq!(installed.len(), 4, "two policies, two bindings");
     installed
 }
