@@ -16,6 +16,27 @@ pub const MIN_REACTION: u32 = 20;
 pub const PROBE_INITIAL: Duration = Duration::from_secs(2);
 /// Default largest probe interval.
 pub const PROBE_MAX: Duration = Duration::from_secs(60);
+/// Default permits of a freshly started worker's controller, which ramps up from there to
+/// `maxPermits` (the worker library's startup ramp; 0 starts at `maxPermits`). What the
+/// simulator's workers use (`docs/sim/report.md`).
+pub const INITIAL_PERMITS: u32 = 2;
+/// Default sliding window of the `RatioThrottle` controller (grpc-go's adaptive throttler uses
+/// 30 s).
+pub const RATIO_WINDOW: Duration = Duration::from_secs(30);
+/// Default time a full brake takes to lift when it expires or is lowered or removed (each pod
+/// starts after its own random offset of up to half of it).
+pub const BRAKE_RELEASE: Duration = Duration::from_secs(60);
+/// Default highest failure floor the `SetPoint` controller may learn (failures that do not
+/// respond to its concurrency): at a 25 % failure rate one message in 1000 fails all of 5
+/// deliveries, whatever the concurrency.
+pub const FLOOR_MAX: f64 = 0.25;
+/// Largest failure floor accepted (the worker library clamps to it).
+pub const MAX_FLOOR_MAX: f64 = 0.9;
+/// Default redelivery delay after a failed first delivery (the worker library's redelivery
+/// backoff: `base · 2^(k-1)` after the k-th failed delivery, at most [`REDELIVERY_MAX`]).
+pub const REDELIVERY_BASE: Duration = Duration::from_secs(60);
+/// Default longest redelivery delay.
+pub const REDELIVERY_MAX: Duration = Duration::from_secs(480);
 /// Default reaction size for a given maximum of permits: max(20, maxPermits).
 pub const fn reaction(max_permits: u32) -> u32 {
     if max_permits > MIN_REACTION {

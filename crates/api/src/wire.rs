@@ -159,9 +159,43 @@ pub struct WorkerConfig {
     pub probe_initial_ms: u64,
     /// Largest probe interval in milliseconds.
     pub probe_max_ms: u64,
+    /// Permits of a freshly started worker's controller, ramping up to `maxPermits` (0 starts at
+    /// `maxPermits`). Absent: the worker library's default, [`crate::defaults::INITIAL_PERMITS`].
+    /// Optional fields are left out when absent so that the hash of a payload without them
+    /// stays what it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_permits: Option<u32>,
+    /// `RatioThrottle`'s sliding window in milliseconds (>= 1). Absent:
+    /// [`crate::defaults::RATIO_WINDOW`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_window_ms: Option<u64>,
+    /// How long a full brake takes to lift, in milliseconds (0 lifts in one step). Absent:
+    /// [`crate::defaults::BRAKE_RELEASE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brake_release_ms: Option<u64>,
+    /// `SetPoint`'s highest learnable failure floor, in [0, [`crate::defaults::MAX_FLOOR_MAX`]]
+    /// (0 turns it off). Absent: [`crate::defaults::FLOOR_MAX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_max: Option<f64>,
+    /// The redelivery backoff of a failed message. Absent: [`crate::defaults::REDELIVERY_BASE`]
+    /// and [`crate::defaults::REDELIVERY_MAX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redelivery: Option<RedeliveryConfig>,
     /// Emergency brake: a minimum backoff, if set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brake: Option<BrakeConfig>,
+}
+
+/// The redelivery backoff: a message whose `k`-th delivery failed is visible again
+/// `baseMs · 2^(k-1)` (at most `maxMs`) later, instead of after the queue's visibility timeout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedeliveryConfig {
+    /// The delay after a failed first delivery in milliseconds; 0 turns the backoff off (the
+    /// visibility timeout decides).
+    pub base_ms: u64,
+    /// The longest delay in milliseconds (>= `baseMs`).
+    pub max_ms: u64,
 }
 
 /// The brake as the worker sees it. `minBackoff` 1 stops everything, probes included. When it
@@ -263,6 +297,25 @@ impl WorkerConfig {
         if self.generation < 0 {
             return Err(field("generation", "must not be negative".into()));
         }
+        if self.ratio_window_ms == Some(0) {
+            return Err(field("ratioWindowMs", "must be at least 1".into()));
+        }
+        if let Some(f) = self.floor_max
+            && !(f.is_finite() && (0.0..=crate::defaults::MAX_FLOOR_MAX).contains(&f))
+        {
+            return Err(field(
+                "floorMax",
+                format!("{f} is not in [0, {}]", crate::defaults::MAX_FLOOR_MAX),
+            ));
+        }
+        if let Some(r) = &self.redelivery
+            && r.max_ms < r.base_ms
+        {
+            return Err(field(
+                "redelivery.maxMs",
+                format!("{} is below redelivery.baseMs {}", r.max_ms, r.base_ms),
+            ));
+        }
         if let Some(b) = &self.brake
             && !(b.min_backoff.is_finite() && (0.0..=1.0).contains(&b.min_backoff))
         {
@@ -330,6 +383,11 @@ impl Default for WorkerConfig {
             max_permits: d::MAX_PERMITS,
             probe_initial_ms: d::PROBE_INITIAL.as_millis() as u64,
             probe_max_ms: d::PROBE_MAX.as_millis() as u64,
+            initial_permits: None,
+            ratio_window_ms: None,
+            brake_release_ms: None,
+            floor_max: None,
+            redelivery: None,
             brake: None,
         }
         .with_hash()
@@ -339,6 +397,63 @@ impl Default for WorkerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn optional_fields_are_validated_naming_the_field_and_absent_by_default() {
+        let d = WorkerConfig::default();
+        let json = serde_json::to_value(&d).unwrap();
+        assert!(json.get("initialPermits").is_none() && json.get("redelivery").is_none());
+        let bad = |cfg: WorkerConfig| match cfg.validate() {
+            Err(ConfigError::Field { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            bad(WorkerConfig {
+                ratio_window_ms: Some(0),
+                ..d.clone()
+            }),
+            "ratioWindowMs"
+        );
+        assert_eq!(
+            bad(WorkerConfig {
+                floor_max: Some(0.95),
+                ..d.clone()
+            }),
+            "floorMax"
+        );
+        assert_eq!(
+            bad(WorkerConfig {
+                floor_max: Some(f64::NAN),
+                ..d.clone()
+            }),
+            "floorMax"
+        );
+        assert_eq!(
+            bad(WorkerConfig {
+                redelivery: Some(RedeliveryConfig {
+                    base_ms: 10,
+                    max_ms: 5
+                }),
+                ..d.clone()
+            }),
+            "redelivery.maxMs"
+        );
+        let ok = WorkerConfig {
+            initial_permits: Some(0),
+            ratio_window_ms: Some(1),
+            brake_release_ms: Some(0),
+            floor_max: Some(0.0),
+            redelivery: Some(RedeliveryConfig {
+                base_ms: 0,
+                max_ms: 0,
+            }),
+            ..d
+        }
+        .with_hash();
+        ok.validate().unwrap();
+        let bytes = serde_json::to_vec(&ok).unwrap();
+        assert_eq!(WorkerConfig::parse(&bytes).unwrap(), ok);
+    }
 
     #[test]
     fn default_round_trips_and_validates() {
@@ -529,6 +644,13 @@ mod tests {
                 1u32..10_000,
                 (1u64..1_000_000, 0u64..1_000_000),
                 proptest::option::of((0.0f64..=1.0, proptest::option::of(any::<i64>()))),
+                (
+                    proptest::option::of(0u32..2048),
+                    proptest::option::of(1u64..10_000_000),
+                    proptest::option::of(0u64..10_000_000),
+                    proptest::option::of(0.0f64..=crate::defaults::MAX_FLOOR_MAX),
+                    proptest::option::of((0u64..1_000_000, 0u64..1_000_000)),
+                ),
             )
                 .prop_map(
                     |(
@@ -539,6 +661,7 @@ mod tests {
                         max_permits,
                         (pi, extra),
                         brake,
+                        (initial_permits, ratio_window_ms, brake_release_ms, floor_max, redelivery),
                     )| {
                         WorkerConfig {
                             version: WIRE_VERSION.to_owned(),
@@ -550,6 +673,14 @@ mod tests {
                             max_permits,
                             probe_initial_ms: pi,
                             probe_max_ms: pi + extra,
+                            initial_permits,
+                            ratio_window_ms,
+                            brake_release_ms,
+                            floor_max,
+                            redelivery: redelivery.map(|(base_ms, extra)| RedeliveryConfig {
+                                base_ms,
+                                max_ms: base_ms + extra,
+                            }),
                             brake: brake.map(|(min_backoff, expires_at_unix)| BrakeConfig {
                                 min_backoff,
                                 expires_at_unix,

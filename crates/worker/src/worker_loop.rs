@@ -8,7 +8,11 @@
 //!
 //! # Redelivery backoff
 //!
-//! With [`WorkerLoop::redelivery_backoff`], a message that failed on its `k`-th receive is
+//! By default the loop follows the redelivery backoff of the gate's settings
+//! ([`crate::controller::Settings::redelivery`]: the operator's `spec.worker.redelivery`, 1 min
+//! doubling to 8 min unless set, what `docs/sim/report.md` measures);
+//! [`WorkerLoop::redelivery_backoff`] and [`WorkerLoop::no_redelivery_backoff`] fix it instead.
+//! With a backoff, a message that failed on its `k`-th receive is
 //! nacked with a delay of `base · 2^(k-1)` (capped at `max`) through [`Source::nack_after`]
 //! (SQS: `ChangeMessageVisibility` to the delay instead of waiting out the visibility timeout),
 //! when the source reports the receive count ([`Source::receive_count`]; SQS:
@@ -142,7 +146,16 @@ pub struct WorkerLoop<S, H> {
     gate: Gate,
     max_batch: u32,
     poll_error_pause: Duration,
-    redelivery: Option<RedeliveryBackoff>,
+    redelivery: Redelivery,
+}
+
+/// Where the loop's redelivery backoff comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Redelivery {
+    /// The gate's settings in force at each poll (pushed by the operator).
+    FromSettings,
+    /// Fixed by the application (`None`: nack plainly).
+    Fixed(Option<RedeliveryBackoff>),
 }
 
 impl<S, H> fmt::Debug for WorkerLoop<S, H> {
@@ -168,16 +181,41 @@ where
             gate,
             max_batch: 10,
             poll_error_pause: Duration::from_secs(1),
-            redelivery: None,
+            redelivery: Redelivery::FromSettings,
         }
     }
 
     /// Nacks failed messages with a delay growing with their receive count (see the
     /// [module docs](self#redelivery-backoff)). Messages whose receive count the source does
     /// not know are nacked plainly.
+    /// Overrides the redelivery backoff of the gate's settings (which the operator's payload
+    /// may change).
     pub fn redelivery_backoff(mut self, backoff: RedeliveryBackoff) -> Self {
-        self.redelivery = Some(backoff);
+        self.redelivery = Redelivery::Fixed(Some(backoff));
         self
+    }
+
+    /// Nacks failed messages plainly (the queue's visibility timeout decides when they come
+    /// back), whatever the gate's settings say.
+    pub fn no_redelivery_backoff(mut self) -> Self {
+        self.redelivery = Redelivery::Fixed(None);
+        self
+    }
+
+    /// The redelivery backoff in force now.
+    fn current_redelivery(&self) -> Option<RedeliveryBackoff> {
+        match self.redelivery {
+            Redelivery::Fixed(b) => b,
+            Redelivery::FromSettings => {
+                self.gate
+                    .settings()
+                    .redelivery
+                    .map(|(base, max)| RedeliveryBackoff {
+                        base: base.as_duration(),
+                        max: max.as_duration(),
+                    })
+            }
+        }
     }
 
     /// The most messages asked for in one poll (at least 1).
@@ -221,12 +259,16 @@ where
                 stats.empty_polls += 1;
             }
             stats.received += messages.len() as u64;
+            let redelivery = if messages.is_empty() {
+                None
+            } else {
+                self.current_redelivery()
+            };
             for message in messages {
                 let slot = permit.start();
                 let source = self.source.clone();
                 let handler = self.handler.clone();
                 let counters = counters.clone();
-                let redelivery = self.redelivery;
                 tasks.spawn(async move {
                     let outcome = handler.handle(&message).await;
                     let delay = redelivery
@@ -560,7 +602,7 @@ mod tests {
         source.push(1);
         let handler = Arc::new(AlwaysFails(Mutex::new(Vec::new())));
         let gate = Gate::new(controller::build(Settings::default(), 3));
-        let worker = WorkerLoop::new(source.clone(), handler.clone(), gate);
+        let worker = WorkerLoop::new(source.clone(), handler.clone(), gate).no_redelivery_backoff();
         worker.run(tokio::time::sleep(Duration::from_secs(1))).await;
         let seen = handler.0.lock().unwrap().clone();
         assert_eq!(seen.len(), 3);

@@ -218,6 +218,57 @@ pub struct WorkerSpec {
     /// How a fully backed-off worker probes the dependency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeSpec>,
+
+    /// Permits of a freshly started pod, which ramps up to maxPermits over about 16 round trips
+    /// (slower while failures exceed the set point), so that pods started together (a
+    /// scale-out, a rollout) do not all open maxPermits calls at once. 0 starts at maxPermits.
+    /// Defaults to 2, what docs/sim/report.md measures; at most 1024.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1024))]
+    pub initial_permits: Option<u32>,
+
+    /// Sliding window of the RatioThrottle algorithm. Defaults to 30s; between 1s and 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('1h')").message("ratioWindow must be between 1s and 1h"))]
+    pub ratio_window: Option<Duration>,
+
+    /// How long a full brake takes to lift when it expires or is lowered or removed: each pod
+    /// waits a random offset of up to half of it, then its permits return linearly, so the
+    /// fleet does not come back in one second. 0s lifts in one step. Defaults to 60s; at
+    /// most 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('1h')").message("brakeRelease must be between 0s and 1h"))]
+    pub brake_release: Option<Duration>,
+
+    /// SetPoint only: the highest dependency-failure rate the worker may learn as not caused by
+    /// its own load (a failure floor it does not throttle for); above it failures are treated as
+    /// an outage. 0 turns the floor off. Defaults to 0.25; at most 0.9.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0.0 && self <= 0.9").message("floorMax must be between 0 and 0.9"))]
+    pub floor_max: Option<f64>,
+
+    /// How soon a failed message is delivered again (the worker nacks it with a delay growing
+    /// with its receive count, instead of waiting out the queue's visibility timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redelivery: Option<RedeliverySpec>,
+}
+
+/// The redelivery backoff: a message whose k-th delivery failed is visible again
+/// `base · 2^(k-1)` later, at most `max`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.base) || !has(self.max) || duration(self.base) <= duration(self.max)").message("redelivery.base must not exceed redelivery.max").field_path(".base"))]
+pub struct RedeliverySpec {
+    /// The delay after a failed first delivery; 0s turns the backoff off (the visibility
+    /// timeout decides). Defaults to 1m; at most 12h (SQS's largest visibility timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('12h')").message("redelivery.base must be between 0s and 12h"))]
+    pub base: Option<Duration>,
+    /// The longest delay. Defaults to 8m; at most 12h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('12h')").message("redelivery.max must be between 0s and 12h"))]
+    pub max: Option<Duration>,
 }
 
 /// Worker controller algorithms (see `backpressure-worker`).

@@ -191,6 +191,17 @@ pub struct EffectiveWorker {
     pub probe_initial: Duration,
     /// Largest probe interval (>= probe_initial).
     pub probe_max: Duration,
+    /// Startup ramp's first permits; `None`: not set anywhere, the worker library's default
+    /// (the payload leaves the field out, so the hash of such a payload does not change).
+    pub initial_permits: Option<u32>,
+    /// RatioThrottle window; `None`: the library default.
+    pub ratio_window: Option<Duration>,
+    /// Brake lift time; `None`: the library default.
+    pub brake_release: Option<Duration>,
+    /// Highest learnable failure floor; `None`: the library default.
+    pub floor_max: Option<f64>,
+    /// Redelivery backoff `(base, max)` (base 0: off); `None`: the library default.
+    pub redelivery: Option<(Duration, Duration)>,
 }
 
 /// Resolved `spec.metrics`.

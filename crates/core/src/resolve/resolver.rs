@@ -52,7 +52,15 @@ impl<T> Picked<T> {
     }
 }
 
+impl<T> Picked<T> {
+    /// The value when some layer set it, `None` when it is the built-in default.
+    pub(super) fn set(self) -> Option<T> {
+        (!self.from.starts_with(DEFAULT_PREFIX)).then_some(self.value)
+    }
+}
+
 const POLICY_PREFIX: &str = "BackpressurePolicy ";
+const DEFAULT_PREFIX: &str = "built-in default of ";
 
 /// Picks values through the layers and collects the errors found.
 pub(super) struct Resolver<'a> {
@@ -104,7 +112,7 @@ impl<'a> Resolver<'a> {
         }
         Picked {
             value: default,
-            from: format!("built-in default of spec.{path}"),
+            from: format!("{DEFAULT_PREFIX}spec.{path}"),
         }
     }
 
@@ -147,7 +155,7 @@ impl<'a> Resolver<'a> {
         }
         Picked {
             value: default,
-            from: format!("built-in default of spec.{path}"),
+            from: format!("{DEFAULT_PREFIX}spec.{path}"),
         }
     }
 

@@ -2,6 +2,7 @@
 //! fields through the [`Resolver`] and checks them, so that every invalid field is reported.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use backpressure_api::defaults as d;
 use backpressure_api::v1alpha1::{
@@ -79,6 +80,7 @@ pub(super) fn worker(r: &mut Resolver<'_>) -> EffectiveWorker {
             ),
         );
     }
+    let (initial_permits, ratio_window, brake_release, floor_max, redelivery) = worker_extras(r);
     EffectiveWorker {
         algorithm: algorithm.value,
         set_point: set_point.value,
@@ -86,8 +88,124 @@ pub(super) fn worker(r: &mut Resolver<'_>) -> EffectiveWorker {
         max_permits: max_permits.value,
         probe_initial: probe_initial.value,
         probe_max: probe_max.value,
+        initial_permits,
+        ratio_window,
+        brake_release,
+        floor_max,
+        redelivery,
     }
 }
+
+/// Largest `worker.ratioWindow` and `worker.brakeRelease` (as the CRD's CEL rules).
+const MAX_WORKER_WINDOW: Duration = Duration::from_secs(3600);
+/// Largest `worker.redelivery` delay: SQS's largest visibility timeout (as the CRD's CEL rules).
+const MAX_REDELIVERY: Duration = Duration::from_secs(12 * 3600);
+
+/// The optional worker settings: each `None` unless a layer sets it (then the worker library's
+/// default applies, and the payload, without the field, keeps its hash). Bounds as the CRD's,
+/// also checked here for policies and objects stored before the rules existed.
+fn worker_extras(r: &mut Resolver<'_>) -> WorkerExtras {
+    let initial_permits = r.value(
+        "worker.initialPermits",
+        |l| l.worker?.initial_permits,
+        d::INITIAL_PERMITS,
+    );
+    if initial_permits.value > MAX_INITIAL_PERMITS {
+        r.error(
+            &initial_permits.from,
+            format!(
+                "initialPermits {} exceeds {MAX_INITIAL_PERMITS}",
+                initial_permits.value
+            ),
+        );
+    }
+    let ratio_window = r.duration(
+        "worker.ratioWindow",
+        |l| l.worker?.ratio_window.as_ref(),
+        d::RATIO_WINDOW,
+    );
+    if ratio_window.value < Duration::from_secs(1) || ratio_window.value > MAX_WORKER_WINDOW {
+        r.error(
+            &ratio_window.from,
+            format!(
+                "ratioWindow {:?} is not between 1s and 1h",
+                ratio_window.value
+            ),
+        );
+    }
+    let brake_release = r.duration(
+        "worker.brakeRelease",
+        |l| l.worker?.brake_release.as_ref(),
+        d::BRAKE_RELEASE,
+    );
+    if brake_release.value > MAX_WORKER_WINDOW {
+        r.error(
+            &brake_release.from,
+            format!("brakeRelease {:?} exceeds 1h", brake_release.value),
+        );
+    }
+    let floor_max = r.value("worker.floorMax", |l| l.worker?.floor_max, d::FLOOR_MAX);
+    if !(floor_max.value.is_finite() && (0.0..=d::MAX_FLOOR_MAX).contains(&floor_max.value)) {
+        r.error(
+            &floor_max.from,
+            format!(
+                "floorMax {} is not between 0 and {}",
+                floor_max.value,
+                d::MAX_FLOOR_MAX
+            ),
+        );
+    }
+    let base = r.duration(
+        "worker.redelivery.base",
+        |l| l.worker?.redelivery.as_ref()?.base.as_ref(),
+        d::REDELIVERY_BASE,
+    );
+    let max = r.duration(
+        "worker.redelivery.max",
+        |l| l.worker?.redelivery.as_ref()?.max.as_ref(),
+        d::REDELIVERY_MAX,
+    );
+    for p in [&base, &max] {
+        if p.value > MAX_REDELIVERY {
+            r.error(
+                &p.from,
+                format!("redelivery delay {:?} exceeds 12h", p.value),
+            );
+        }
+    }
+    if base.value > max.value {
+        r.error(
+            &base.from,
+            format!(
+                "redelivery.base {:?} exceeds redelivery.max {:?} (from {})",
+                base.value, max.value, max.from
+            ),
+        );
+    }
+    let redelivery = match (base.clone().set(), max.clone().set()) {
+        (None, None) => None,
+        _ => Some((base.value, max.value)),
+    };
+    (
+        initial_permits.set(),
+        ratio_window.set(),
+        brake_release.set(),
+        floor_max.set(),
+        redelivery,
+    )
+}
+
+/// `initialPermits`, `ratioWindow`, `brakeRelease`, `floorMax`, `redelivery` of [`EffectiveWorker`].
+type WorkerExtras = (
+    Option<u32>,
+    Option<Duration>,
+    Option<Duration>,
+    Option<f64>,
+    Option<(Duration, Duration)>,
+);
+
+/// Largest `worker.initialPermits` (as the CRD's bound, the worker's default `maxPermits` limit).
+const MAX_INITIAL_PERMITS: u32 = 1024;
 
 /// `spec.metrics`: where and how the fleet metrics are queried (the `workload` label defaults
 /// to the target's name).

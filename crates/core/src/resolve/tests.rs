@@ -6,8 +6,8 @@ use std::time::Duration;
 use backpressure_api::v1alpha1::{
     BackpressurePolicy, BackpressurePolicySpec, Brake, FallbackPolicy, GuardKind, GuardRef,
     HoldSpec, MetricsFallback, MetricsSpec, Mode, PolicyDefaults, PolicyLimits, QueryOverrides,
-    RampUpSpec, ReleaseSpec, ScaleUpSpec, ScalingSpec, TargetRef, WorkerBackpressureSpec,
-    WorkerSpec,
+    RampUpSpec, RedeliverySpec, ReleaseSpec, ScaleUpSpec, ScalingSpec, TargetRef,
+    WorkerBackpressureSpec, WorkerSpec,
 };
 use backpressure_api::wire::WorkerConfig;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
@@ -637,4 +637,116 @@ fn a_tiny_set_point_or_a_duration_over_a_day_is_an_error_naming_the_field() {
         ..Default::default()
     });
     resolve(&s, &[], now()).unwrap();
+}
+
+#[test]
+fn optional_worker_settings_render_only_when_set_and_keep_old_hashes() {
+    // Unset anywhere: left out of the payload, so the hash of a payload of an object that does
+    // not use them is what it was before the fields existed.
+    let plain = render_worker_config(&resolve(&spec(), &[], now()).unwrap(), 0);
+    let json = serde_json::to_value(&plain).unwrap();
+    for absent in [
+        "initialPermits",
+        "ratioWindowMs",
+        "brakeReleaseMs",
+        "floorMax",
+        "redelivery",
+    ] {
+        assert!(json.get(absent).is_none(), "{absent} in {json}");
+    }
+    assert_eq!(
+        plain.hash, "7142b90d3b19",
+        "the default payload's hash changed"
+    );
+
+    // Set on the object, or by a policy's defaults: rendered.
+    let mut s = spec();
+    s.worker = Some(WorkerSpec {
+        initial_permits: Some(0),
+        ratio_window: dur("10s"),
+        floor_max: Some(0.0),
+        redelivery: Some(RedeliverySpec {
+            base: dur("30s"),
+            max: None,
+        }),
+        ..Default::default()
+    });
+    let policies = vec![policy(
+        "gentle",
+        None,
+        serde_json::from_value(serde_json::json!({
+            "defaults": {"worker": {"brakeRelease": "2m", "initialPermits": 4}}
+        }))
+        .unwrap(),
+    )];
+    let eff = resolve(&s, &inputs(&policies), now()).unwrap();
+    let w = &eff.worker;
+    assert_eq!(
+        w.initial_permits,
+        Some(0),
+        "the object wins over the policy"
+    );
+    assert_eq!(w.ratio_window, Some(Duration::from_secs(10)));
+    assert_eq!(w.brake_release, Some(Duration::from_secs(120)));
+    assert_eq!(w.floor_max, Some(0.0));
+    // Only the base set: the max is the default.
+    assert_eq!(
+        w.redelivery,
+        Some((Duration::from_secs(30), Duration::from_secs(480)))
+    );
+    let cfg = render_worker_config(&eff, 1);
+    assert_eq!(cfg.initial_permits, Some(0));
+    assert_eq!(cfg.ratio_window_ms, Some(10_000));
+    assert_eq!(cfg.brake_release_ms, Some(120_000));
+    assert_eq!(cfg.floor_max, Some(0.0));
+    assert_eq!(
+        cfg.redelivery,
+        Some(backpressure_api::wire::RedeliveryConfig {
+            base_ms: 30_000,
+            max_ms: 480_000
+        })
+    );
+    cfg.validate().unwrap();
+    assert_ne!(cfg.hash, plain.hash);
+}
+
+#[test]
+fn optional_worker_settings_out_of_range_name_the_field() {
+    let mut s = spec();
+    s.worker = Some(WorkerSpec {
+        initial_permits: Some(5000),
+        ratio_window: dur("0s"),
+        brake_release: dur("2h"),
+        floor_max: Some(0.95),
+        redelivery: Some(RedeliverySpec {
+            base: dur("10m"),
+            max: dur("5m"),
+        }),
+        ..Default::default()
+    });
+    let err = resolve(&s, &[], now()).unwrap_err();
+    let fields: Vec<&str> = err.errors.iter().map(|e| e.field.as_str()).collect();
+    for want in [
+        "spec.worker.initialPermits",
+        "spec.worker.ratioWindow",
+        "spec.worker.brakeRelease",
+        "spec.worker.floorMax",
+        "spec.worker.redelivery.base",
+    ] {
+        assert!(fields.contains(&want), "missing {want} in {fields:?}");
+    }
+    s.worker = Some(WorkerSpec {
+        redelivery: Some(RedeliverySpec {
+            base: None,
+            max: dur("13h"),
+        }),
+        ..Default::default()
+    });
+    let err = resolve(&s, &[], now()).unwrap_err();
+    assert!(
+        err.errors
+            .iter()
+            .any(|e| e.field == "spec.worker.redelivery.max"),
+        "{err}"
+    );
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use backpressure_api::wire::{BrakeConfig, WIRE_VERSION, WorkerConfig};
+use backpressure_api::wire::{BrakeConfig, RedeliveryConfig, WIRE_VERSION, WorkerConfig};
 use k8s_openapi::jiff::Timestamp;
 
 use super::Effective;
@@ -39,6 +39,14 @@ pub fn render_worker_config(effective: &Effective, generation: i64) -> WorkerCon
         max_permits: w.max_permits,
         probe_initial_ms: millis(w.probe_initial).max(1),
         probe_max_ms: millis(w.probe_max).max(millis(w.probe_initial).max(1)),
+        initial_permits: w.initial_permits,
+        ratio_window_ms: w.ratio_window.map(|d| millis(d).max(1)),
+        brake_release_ms: w.brake_release.map(millis),
+        floor_max: w.floor_max,
+        redelivery: w.redelivery.map(|(base, max)| RedeliveryConfig {
+            base_ms: millis(base),
+            max_ms: millis(max).max(millis(base)),
+        }),
         brake: effective.brake.as_ref().map(|b| BrakeConfig {
             min_backoff: b.min_backoff,
             expires_at_unix: b.expires_at.map(Timestamp::as_second),

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use backpressure_api::duration::Duration as ApiDuration;
 use backpressure_api::v1alpha1::{
-    ProbeSpec, ScalingSpec, TargetRef, WorkerBackpressureSpec, WorkerBackpressureStatus, WorkerSpec,
+    ProbeSpec, RedeliverySpec, ScalingSpec, TargetRef, WorkerBackpressureSpec,
+    WorkerBackpressureStatus, WorkerSpec,
 };
 use backpressure_core::decide::{self, FleetMetrics};
 use backpressure_core::resolve::{self, Effective, ResolveError};
@@ -53,6 +54,18 @@ pub fn spec_for(s: &Scenario) -> WorkerBackpressureSpec {
                 initial_interval: dur(w.probe_initial.secs()),
                 max_interval: dur(w.probe_max.secs()),
             }),
+            initial_permits: Some(w.initial_permits),
+            redelivery: Some(match w.redelivery_backoff {
+                Some(b) => RedeliverySpec {
+                    base: dur(b.base.secs()),
+                    max: dur(b.max.secs()),
+                },
+                None => RedeliverySpec {
+                    base: dur(0.0),
+                    max: None,
+                },
+            }),
+            ..WorkerSpec::default()
         }),
         metrics: None,
         scaling: Some(ScalingSpec {

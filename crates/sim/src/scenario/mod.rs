@@ -230,10 +230,11 @@ pub struct WorkersSpec {
     /// (`Settings::initial_permits` of the worker library; 0 starts at `maxPermits`).
     #[serde(default = "default_initial_permits")]
     pub initial_permits: u32,
-    /// With a value: the worker library's redelivery backoff (`WorkerLoop::redelivery_backoff`):
-    /// a failed message is visible again `base · 2^(k-1)` (at most `max`) after its k-th failed
-    /// delivery. Without: after the queue's visibility timeout every time.
-    #[serde(default)]
+    /// With a value: the worker library's redelivery backoff (`Settings::redelivery`, applied by
+    /// `WorkerLoop`): a failed message is visible again `base · 2^(k-1)` (at most `max`) after
+    /// its k-th failed delivery; defaults to the library's default (1 min to 8 min). `null`:
+    /// after the queue's visibility timeout every time.
+    #[serde(default = "default_redelivery")]
     pub redelivery_backoff: Option<RedeliverySpec>,
     /// Local processing time before the dependency call.
     #[serde(default = "default_processing")]
@@ -263,7 +264,13 @@ fn default_probe_max() -> Dur {
     Dur(backpressure_api::defaults::PROBE_MAX.as_secs_f64())
 }
 fn default_initial_permits() -> u32 {
-    backpressure_worker::controller::RECOMMENDED_INITIAL_PERMITS
+    backpressure_worker::controller::DEFAULT_INITIAL_PERMITS
+}
+fn default_redelivery() -> Option<RedeliverySpec> {
+    backpressure_worker::controller::DEFAULT_REDELIVERY.map(|(base, max)| RedeliverySpec {
+        base: Dur(base.as_secs_f64()),
+        max: Dur(max.as_secs_f64()),
+    })
 }
 fn default_processing() -> LogNormal {
     LogNormal {
@@ -281,7 +288,7 @@ impl Default for WorkersSpec {
             probe_initial: default_probe_initial(),
             probe_max: default_probe_max(),
             initial_permits: default_initial_permits(),
-            redelivery_backoff: None,
+            redelivery_backoff: default_redelivery(),
             processing: default_processing(),
         }
     }

@@ -65,6 +65,11 @@ pub struct Limits {
     /// How far `generation` (Unix milliseconds, see the wire contract) may be ahead of this
     /// worker's clock. Default [`MAX_GENERATION_LEAD_MS`] (5 minutes).
     pub max_generation_lead_ms: i64,
+    /// Largest `ratioWindowMs` and `brakeReleaseMs`. Default 1 h (the API's bound).
+    pub max_window_ms: u64,
+    /// Largest `redelivery.maxMs` (and `baseMs`). Default 12 h (SQS's largest visibility
+    /// timeout; the API's bound).
+    pub max_redelivery_ms: u64,
 }
 
 impl Default for Limits {
@@ -75,6 +80,8 @@ impl Default for Limits {
             min_probe_ms: 100,
             max_probe_ms: 3_600_000,
             max_generation_lead_ms: MAX_GENERATION_LEAD_MS,
+            max_window_ms: 3_600_000,
+            max_redelivery_ms: 43_200_000,
         }
     }
 }
@@ -114,6 +121,42 @@ impl Limits {
                     ),
                 ));
             }
+        }
+        if let Some(p) = cfg.initial_permits
+            && p > self.max_permits
+        {
+            return Err(field(
+                "initialPermits",
+                format!("{p} exceeds this worker's limit of {}", self.max_permits),
+            ));
+        }
+        for (name, ms) in [
+            ("ratioWindowMs", cfg.ratio_window_ms),
+            ("brakeReleaseMs", cfg.brake_release_ms),
+        ] {
+            if let Some(ms) = ms
+                && ms > self.max_window_ms
+            {
+                return Err(field(
+                    name,
+                    format!(
+                        "{ms} ms exceeds this worker's limit of {} ms",
+                        self.max_window_ms
+                    ),
+                ));
+            }
+        }
+        if let Some(r) = &cfg.redelivery
+            && r.max_ms.max(r.base_ms) > self.max_redelivery_ms
+        {
+            return Err(field(
+                "redelivery.maxMs",
+                format!(
+                    "{} ms exceeds this worker's limit of {} ms",
+                    r.max_ms.max(r.base_ms),
+                    self.max_redelivery_ms
+                ),
+            ));
         }
         let horizon = now_unix
             .saturating_mul(1000)
@@ -165,7 +208,8 @@ pub struct ConfigState {
     running: Arc<Mutex<Running>>,
     gate: Gate,
     metrics: Option<Metrics>,
-    /// Library-side settings (credit, health-check probes, ratio window) kept across pushes.
+    /// Library-side settings (credit, health-check probes) kept across pushes, and the
+    /// application's choice for the optional fields a payload leaves out.
     base: Settings,
     limits: Limits,
 }
@@ -304,18 +348,30 @@ impl ConfigState {
     }
 
     fn install(&self, cfg: &WorkerConfig, now_unix: i64) {
+        let b = &self.base;
+        let from = Settings::from_config(cfg);
+        // A field the payload carries wins; one it leaves out keeps the application's setting
+        // (the library default unless the application chose otherwise).
         let settings = Settings {
-            credit: self.base.credit,
-            health_check_probes: self.base.health_check_probes,
-            ratio_window: self.base.ratio_window,
-            brake_release: self.base.brake_release,
-            ..Settings::from_config(cfg)
+            credit: b.credit,
+            health_check_probes: b.health_check_probes,
+            ratio_window: pick(cfg.ratio_window_ms, from.ratio_window, b.ratio_window),
+            brake_release: pick(cfg.brake_release_ms, from.brake_release, b.brake_release),
+            initial_permits: pick(cfg.initial_permits, from.initial_permits, b.initial_permits),
+            floor_max: pick(cfg.floor_max, from.floor_max, b.floor_max),
+            redelivery: pick(cfg.redelivery, from.redelivery, b.redelivery),
+            ..from
         };
         self.gate.apply(settings, cfg.brake.as_ref(), now_unix);
         if let Some(m) = &self.metrics {
             m.set_config(&cfg.hash, cfg.algorithm);
         }
     }
+}
+
+/// `from_payload` when the payload sets the field (`given`), else `base`.
+fn pick<G, T>(given: Option<G>, from_payload: T, base: T) -> T {
+    if given.is_some() { from_payload } else { base }
 }
 
 fn with_hash(cfg: WorkerConfig) -> WorkerConfig {

@@ -38,6 +38,7 @@ use std::fmt;
 use std::ops::{Add, Sub};
 use std::time::Duration;
 
+use backpressure_api::defaults as d;
 pub use backpressure_api::v1alpha1::Algorithm;
 use backpressure_api::wire::{BrakeConfig, WorkerConfig};
 
@@ -365,9 +366,9 @@ pub struct Settings {
     /// round trips (slower, or down, while dependency failures exceed the set point; see
     /// [`SetPoint#starting-up`]), so that pods started
     /// together (a scale-out, a rollout) do not all open `max_permits` calls at once against a
-    /// dependency that may just be recovering. 0 (the default, [`DEFAULT_INITIAL_PERMITS`]), or
-    /// at least `max_permits`, starts at `max_permits`; [`RECOMMENDED_INITIAL_PERMITS`] is what
-    /// the simulator measured.
+    /// dependency that may just be recovering. 0, or at least `max_permits`, starts at
+    /// `max_permits`; the default, [`DEFAULT_INITIAL_PERMITS`] (2), is what the simulator
+    /// measured.
     ///
     /// ```
     /// use backpressure_worker::controller::{self, Mode, Nanos, Outcome, Settings};
@@ -394,41 +395,59 @@ pub struct Settings {
     /// concurrency above this are treated as an outage and backed off from as usual. 0 turns the
     /// floor off (the plain set-point integrator).
     pub floor_max: f64,
+    /// The redelivery backoff `(base, max)` of [`crate::worker_loop::WorkerLoop`]: a message
+    /// whose `k`-th delivery failed is visible again `base · 2^(k-1)` (at most `max`) later
+    /// (see [`crate::worker_loop::RedeliveryBackoff`]). `None` (or `base` 0 on the wire) nacks
+    /// plainly: the queue's visibility timeout decides. Not used by the controllers themselves;
+    /// carried here so that the operator's payload reaches the loop.
+    pub redelivery: Option<(Nanos, Nanos)>,
 }
 
 /// Default [`Settings::brake_release`]: a full brake lifts over a minute (and the fleet over
 /// up to 90 s, with the per-pod offsets).
-pub const DEFAULT_BRAKE_RELEASE: Nanos = Nanos::from_secs(60);
+pub const DEFAULT_BRAKE_RELEASE: Nanos = Nanos::from_secs(d::BRAKE_RELEASE.as_secs());
 /// Default [`Settings::floor_max`]: at a 25 % failure rate one message in 1000 fails all of 5
 /// deliveries, whatever the concurrency.
-pub const DEFAULT_FLOOR_MAX: f64 = 0.25;
+pub const DEFAULT_FLOOR_MAX: f64 = d::FLOOR_MAX;
 /// Default [`Settings::credit`].
 pub const DEFAULT_CREDIT: f64 = 1.0;
 /// Default [`Settings::ratio_window`] (grpc-go's adaptive throttler uses 30 s).
-pub const DEFAULT_RATIO_WINDOW: Nanos = Nanos::from_secs(30);
-/// Default [`Settings::initial_permits`]: 0, start at `maxPermits` (startup ramp off).
-pub const DEFAULT_INITIAL_PERMITS: u32 = 0;
-/// A recommended [`Settings::initial_permits`] (what the simulator's backpressure workers use):
-/// like the slow start after a successful probe.
-pub const RECOMMENDED_INITIAL_PERMITS: u32 = 2;
+pub const DEFAULT_RATIO_WINDOW: Nanos = Nanos::from_secs(d::RATIO_WINDOW.as_secs());
+/// Default [`Settings::initial_permits`]: 2, like the slow start after a successful probe. What
+/// the simulator's workers use, so the defaults are what `docs/sim/report.md` measures.
+pub const DEFAULT_INITIAL_PERMITS: u32 = d::INITIAL_PERMITS;
+/// The [`Settings::initial_permits`] the simulator measured (the default).
+pub const RECOMMENDED_INITIAL_PERMITS: u32 = DEFAULT_INITIAL_PERMITS;
+/// Default [`Settings::redelivery`]: 1 min after the first failed delivery, doubling up to
+/// 8 min (1, 2, 4, 8 min for `maxReceives` 5), what the simulator's workers use.
+pub const DEFAULT_REDELIVERY: Option<(Nanos, Nanos)> = Some((
+    Nanos::from_secs(d::REDELIVERY_BASE.as_secs()),
+    Nanos::from_secs(d::REDELIVERY_MAX.as_secs()),
+));
 
 impl Settings {
     /// The settings of a (validated) wire configuration, with library defaults for the rest.
     /// Out-of-range values are clamped to the nearest valid one.
     pub fn from_config(cfg: &WorkerConfig) -> Self {
+        let ms = Nanos::from_millis;
         Settings {
             algorithm: cfg.algorithm,
             set_point: cfg.set_point,
             reaction: cfg.reaction,
             max_permits: cfg.max_permits,
-            probe_initial: Nanos::from_millis(cfg.probe_initial_ms),
-            probe_max: Nanos::from_millis(cfg.probe_max_ms),
+            probe_initial: ms(cfg.probe_initial_ms),
+            probe_max: ms(cfg.probe_max_ms),
             credit: DEFAULT_CREDIT,
             health_check_probes: false,
-            ratio_window: DEFAULT_RATIO_WINDOW,
-            initial_permits: DEFAULT_INITIAL_PERMITS,
-            brake_release: DEFAULT_BRAKE_RELEASE,
-            floor_max: DEFAULT_FLOOR_MAX,
+            ratio_window: cfg.ratio_window_ms.map_or(DEFAULT_RATIO_WINDOW, ms),
+            initial_permits: cfg.initial_permits.unwrap_or(DEFAULT_INITIAL_PERMITS),
+            brake_release: cfg.brake_release_ms.map_or(DEFAULT_BRAKE_RELEASE, ms),
+            floor_max: cfg.floor_max.unwrap_or(DEFAULT_FLOOR_MAX),
+            redelivery: match &cfg.redelivery {
+                None => DEFAULT_REDELIVERY,
+                Some(r) if r.base_ms == 0 => None,
+                Some(r) => Some((ms(r.base_ms), ms(r.max_ms))),
+            },
         }
         .sanitized()
     }
@@ -448,10 +467,14 @@ impl Settings {
         }
         self.ratio_window = Nanos(self.ratio_window.0.max(1_000_000));
         self.floor_max = if self.floor_max.is_finite() {
-            self.floor_max.clamp(0.0, 0.9)
+            self.floor_max.clamp(0.0, d::MAX_FLOOR_MAX)
         } else {
             0.0
         };
+        self.redelivery = self
+            .redelivery
+            .filter(|(base, _)| base.0 > 0)
+            .map(|(base, max)| (base, Nanos(max.0.max(base.0))));
         self
     }
 }
