@@ -17,9 +17,9 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let gate = Gate::new(controller::from_config(&WorkerConfig::default(), 1));
 //! let mut permit = gate.acquire(10).await; // poll for up to permit.granted() messages
-//! assert_eq!(permit.granted(), 10);
+//! assert_eq!(permit.granted(), 2); // a fresh worker ramps up from 2 permits (startup ramp)
 //! let message = permit.start(); // one message came back
-//! drop(permit); // the other 9 permits go back
+//! drop(permit); // the other permit goes back
 //! message.finish(Outcome::Success);
 //! assert_eq!(gate.snapshot().in_flight, 0);
 //! # });
@@ -531,10 +531,19 @@ mod tests {
     use super::*;
     use crate::controller::Algorithm;
 
+    /// The library defaults without the startup ramp: a controller already running (these tests
+    /// are about other things than the ramp).
+    fn steady() -> Settings {
+        Settings {
+            initial_permits: 0,
+            ..Settings::default()
+        }
+    }
+
     fn plain_settings() -> Settings {
         Settings {
             credit: 0.0,
-            ..Settings::default()
+            ..steady()
         }
     }
 
@@ -719,7 +728,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn apply_changes_settings_and_brake_at_runtime() {
         // Offset: 0.5 × brake_release / 2 = 15 s.
-        let gate = Gate::builder(controller::from_config(&WorkerConfig::default(), 1))
+        let gate = Gate::builder(controller::build(steady(), 1))
             .brake_jitter(0.5)
             .build();
         let cfg = WorkerConfig {
@@ -793,10 +802,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_waiting_worker_wakes_up_as_the_brake_lifts() {
-        let gate = Gate::builder(controller::from_config(&WorkerConfig::default(), 1))
+        let gate = Gate::builder(controller::build(steady(), 1))
             .brake_jitter(0.0)
             .build();
-        let settings = Settings::default();
+        let settings = steady();
         let full = BrakeConfig {
             min_backoff: 1.0,
             expires_at_unix: Some(1_000 + 10),

@@ -473,7 +473,16 @@ mod tests {
     use std::sync::atomic::AtomicU32;
 
     use super::*;
-    use crate::controller::{self, Mode, Settings};
+    use crate::controller::{self, Mode, Nanos, Settings};
+
+    /// The library defaults without the startup ramp: a controller already running (these tests
+    /// are about other things than the ramp).
+    fn steady() -> Settings {
+        Settings {
+            initial_permits: 0,
+            ..Settings::default()
+        }
+    }
 
     /// A dependency that fails while `down` is set, with a small processing time.
     struct Dependency {
@@ -510,9 +519,11 @@ mod tests {
             concurrent: AtomicU32::new(0),
             peak: AtomicU32::new(0),
         });
-        let gate = Gate::new(controller::build(Settings::default(), 3));
+        let gate = Gate::new(controller::build(steady(), 3));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let worker = WorkerLoop::new(source.clone(), dep.clone(), gate.clone()).max_batch(4);
+        let worker = WorkerLoop::new(source.clone(), dep.clone(), gate.clone())
+            .max_batch(4)
+            .no_redelivery_backoff();
         let run = tokio::spawn(worker.run(async move {
             let _ = stop_rx.await;
         }));
@@ -569,7 +580,7 @@ mod tests {
         let source = Arc::new(MemorySource::new(5, Duration::from_millis(10)));
         source.push(1);
         let handler = Arc::new(AlwaysFails(Mutex::new(Vec::new())));
-        let gate = Gate::new(controller::build(Settings::default(), 3));
+        let gate = Gate::new(controller::build(steady(), 3));
         let backoff = RedeliveryBackoff {
             base: Duration::from_secs(30),
             max: Duration::from_secs(100),
@@ -597,11 +608,52 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn by_default_the_loop_follows_the_redelivery_backoff_of_the_settings() {
+        assert_eq!(
+            Settings::default().redelivery,
+            Some((Nanos::from_secs(60), Nanos::from_secs(480))),
+            "the default is what docs/sim/report.md measures"
+        );
+        let source = Arc::new(MemorySource::new(4, Duration::from_millis(10)));
+        source.push(1);
+        let handler = Arc::new(AlwaysFails(Mutex::new(Vec::new())));
+        // As a pushed payload's `redelivery: {baseMs: 20000, maxMs: 50000}` sets it.
+        let cfg = backpressure_api::wire::WorkerConfig {
+            redelivery: Some(backpressure_api::wire::RedeliveryConfig {
+                base_ms: 20_000,
+                max_ms: 50_000,
+            }),
+            ..Default::default()
+        };
+        let gate = Gate::new(controller::build(
+            Settings {
+                initial_permits: 0,
+                ..Settings::from_config(&cfg)
+            },
+            3,
+        ));
+        let worker = WorkerLoop::new(source.clone(), handler.clone(), gate);
+        worker
+            .run(tokio::time::sleep(Duration::from_secs(600)))
+            .await;
+        let seen = handler.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 4);
+        for (i, want) in [20u64, 40, 50].into_iter().enumerate() {
+            let gap = seen[i + 1].1 - seen[i].1;
+            assert!(
+                gap >= Duration::from_secs(want) && gap < Duration::from_secs(want + 1),
+                "gap {i}: {gap:?}"
+            );
+        }
+        assert_eq!(source.dead_letter_count(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn without_redelivery_backoff_a_failed_message_is_back_at_once() {
         let source = Arc::new(MemorySource::new(3, Duration::from_millis(10)));
         source.push(1);
         let handler = Arc::new(AlwaysFails(Mutex::new(Vec::new())));
-        let gate = Gate::new(controller::build(Settings::default(), 3));
+        let gate = Gate::new(controller::build(steady(), 3));
         let worker = WorkerLoop::new(source.clone(), handler.clone(), gate).no_redelivery_backoff();
         worker.run(tokio::time::sleep(Duration::from_secs(1))).await;
         let seen = handler.0.lock().unwrap().clone();
@@ -621,7 +673,7 @@ mod tests {
             concurrent: AtomicU32::new(0),
             peak: AtomicU32::new(0),
         });
-        let gate = Gate::new(controller::build(Settings::default(), 3));
+        let gate = Gate::new(controller::build(steady(), 3));
         let worker = WorkerLoop::new(source.clone(), dep, gate.clone());
         let stats = worker
             .run(tokio::time::sleep(Duration::from_millis(1)))

@@ -107,9 +107,15 @@ async fn pushes_are_authenticated_with_token_review() {
 
     // The worker, with its admin server on loopback.
     let metrics = Metrics::new("export-worker");
-    let gate = Gate::builder(controller::from_config(&WorkerConfig::default(), 1))
-        .metrics(metrics.clone())
-        .build();
+    let gate = Gate::builder(controller::build(
+        controller::Settings {
+            initial_permits: 0, // running already: not a test of the startup ramp
+            ..controller::Settings::default()
+        },
+        1,
+    ))
+    .metrics(metrics.clone())
+    .build();
     let state = ConfigState::new(gate.clone(), WorkerConfig::default(), Some(metrics.clone()));
     let admin = Admin::new(state.clone(), Some(metrics))
         .with_verifier(

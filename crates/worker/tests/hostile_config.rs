@@ -33,7 +33,13 @@ static ATTACK_DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 const OPERATOR: &str = "system:serviceaccount:bp-system:backpressure-operator";
 
 fn fresh_state() -> (ConfigState, Gate) {
-    let gate = Gate::new(controller::from_config(&WorkerConfig::default(), 7));
+    let gate = Gate::new(controller::build(
+        controller::Settings {
+            initial_permits: 0, // running already: not a test of the startup ramp
+            ..controller::Settings::default()
+        },
+        7,
+    ));
     let state = ConfigState::new(gate.clone(), WorkerConfig::default(), None);
     (state, gate)
 }

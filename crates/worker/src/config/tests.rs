@@ -15,11 +15,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::admin::{Admin, FailureLimit};
 use super::token::{Identity, TokenVerifier, VerifyError};
 use super::*;
-use crate::controller::{self, Algorithm};
+use crate::controller::{self, Algorithm, Nanos};
+
+/// The library defaults without the startup ramp: a controller already running (these tests
+/// are about other things than the ramp).
+fn steady() -> Settings {
+    Settings {
+        initial_permits: 0,
+        ..Settings::default()
+    }
+}
 
 fn state() -> (ConfigState, Gate, Metrics) {
     let metrics = Metrics::new("w");
-    let gate = Gate::builder(controller::from_config(&WorkerConfig::default(), 1))
+    let gate = Gate::builder(controller::build(steady(), 1))
         .metrics(metrics.clone())
         .build();
     let state = ConfigState::new(gate.clone(), WorkerConfig::default(), Some(metrics.clone()));
@@ -107,7 +116,7 @@ async fn library_knobs_survive_a_push() {
         controller::Settings {
             credit: 0.25,
             health_check_probes: true,
-            ..controller::Settings::default()
+            ..steady()
         },
         1,
     ));
@@ -694,4 +703,130 @@ async fn failed_authentications_are_rate_limited_per_source() {
         StatusCode::OK
     );
     assert_eq!(admin.state().ack().generation, 30);
+}
+
+/// Issue 13: the optional settings of a payload reach the controller and the loop; a payload
+/// without them keeps the application's settings (here: no startup ramp, as `state()` builds
+/// the gate).
+#[tokio::test]
+async fn optional_settings_of_a_payload_are_applied_and_absent_ones_keep_the_application_s() {
+    use backpressure_api::wire::RedeliveryConfig;
+    let (state, gate, _) = state();
+    let before = gate.settings();
+    assert_eq!(before.initial_permits, 0);
+    assert_eq!(before.redelivery, controller::DEFAULT_REDELIVERY);
+    state
+        .apply(
+            WorkerConfig {
+                initial_permits: Some(4),
+                ratio_window_ms: Some(10_000),
+                brake_release_ms: Some(0),
+                floor_max: Some(0.1),
+                redelivery: Some(RedeliveryConfig {
+                    base_ms: 30_000,
+                    max_ms: 120_000,
+                }),
+                ..config(2, 8)
+            }
+            .with_hash(),
+            Origin::Push,
+        )
+        .unwrap();
+    let s = gate.settings();
+    assert_eq!(s.initial_permits, 4);
+    assert_eq!(s.ratio_window, Nanos::from_secs(10));
+    assert_eq!(s.brake_release, Nanos::ZERO);
+    assert_eq!(s.floor_max, 0.1);
+    assert_eq!(
+        s.redelivery,
+        Some((Nanos::from_secs(30), Nanos::from_secs(120)))
+    );
+    // baseMs 0 turns the redelivery backoff off.
+    state
+        .apply(
+            WorkerConfig {
+                redelivery: Some(RedeliveryConfig {
+                    base_ms: 0,
+                    max_ms: 0,
+                }),
+                ..config(3, 8)
+            }
+            .with_hash(),
+            Origin::Push,
+        )
+        .unwrap();
+    assert_eq!(gate.settings().redelivery, None);
+    // A payload without them: back to the application's settings.
+    state.apply(config(4, 8), Origin::Push).unwrap();
+    let s = gate.settings();
+    assert_eq!(
+        (
+            s.initial_permits,
+            s.ratio_window,
+            s.brake_release,
+            s.floor_max,
+            s.redelivery
+        ),
+        (
+            before.initial_permits,
+            before.ratio_window,
+            before.brake_release,
+            before.floor_max,
+            before.redelivery
+        )
+    );
+}
+
+#[tokio::test]
+async fn optional_settings_over_the_worker_limits_are_refused_naming_the_field() {
+    use backpressure_api::wire::RedeliveryConfig;
+    let (state, gate, _) = state();
+    let before = (state.ack(), gate.settings());
+    let cases = [
+        (
+            "initialPermits",
+            WorkerConfig {
+                initial_permits: Some(1025),
+                ..config(2, 8)
+            },
+        ),
+        (
+            "ratioWindowMs",
+            WorkerConfig {
+                ratio_window_ms: Some(3_600_001),
+                ..config(2, 8)
+            },
+        ),
+        (
+            "brakeReleaseMs",
+            WorkerConfig {
+                brake_release_ms: Some(3_600_001),
+                ..config(2, 8)
+            },
+        ),
+        (
+            "redelivery.maxMs",
+            WorkerConfig {
+                redelivery: Some(RedeliveryConfig {
+                    base_ms: 1,
+                    max_ms: 43_200_001,
+                }),
+                ..config(2, 8)
+            },
+        ),
+        (
+            "floorMax",
+            WorkerConfig {
+                floor_max: Some(0.91),
+                ..config(2, 8)
+            },
+        ),
+    ];
+    for (want, cfg) in cases {
+        match state.apply(cfg.with_hash(), Origin::Push) {
+            Err(e) => assert!(e.to_string().contains(want), "{want}: {e}"),
+            Ok(_) => panic!("{want} accepted"),
+        }
+        assert_eq!((state.ack(), gate.settings()), before, "{want}");
+    }
 }

@@ -21,7 +21,7 @@
 //!
 //! let mut c = controller::from_config(&WorkerConfig::default(), 7);
 //! let now = Nanos::from_secs(1);
-//! assert_eq!(c.permits(now, 0), 16);
+//! assert_eq!(c.permits(now, 0), 2); // a fresh controller ramps up from 2 (the startup ramp)
 //! for _ in 0..40 {
 //!     c.record(now, Outcome::DependencyFailure);
 //! }
