@@ -20,6 +20,9 @@ dependency:
   outages:
     - {kind: hard, start: 10m, duration: 10m, recovery: 2m}
 incident: {start: 10m, end: 20m}
+# Redelivery after the visibility timeout (not the library's default redelivery backoff): the
+# greedy fleet's DLQ then grows steadily through the outage.
+workers: {redeliveryBackoff: null}
 "#;
 
 /// 30 simulated minutes of constant load at about half of what the fleet and the dependency
