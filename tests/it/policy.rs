@@ -22,7 +22,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::{Value, json};
 
 use crate::common::crds::install_crds;
-use crate::common::operator::{Operator, apply_cluster_objects, render_chart};
+use crate::common::operator::{Operator, apply_chart_objects, render_chart};
 use crate::common::pods::{self, FakePod};
 use crate::common::scene::{
     self, condition_in, events_in, merge, status_of, wait_for_every, wbp_object,
@@ -464,7 +464,7 @@ async fn the_brake_reaches_every_matched_workload_and_lifts_at_its_expiry() {
 /// Renders the chart's admission policies with helm and applies them.
 async fn install_admission(client: &kube::Client) -> Vec<(kube::discovery::ApiResource, String)> {
     let objects = render_chart(&["templates/validatingadmissionpolicy.yaml"]);
-    let installed = apply_cluster_objects(client, objects).await;
+    let installed = apply_chart_objects(client, objects).await;
     let mut kinds: Vec<&str> = installed.iter().map(|(ar, _)| ar.kind.as_str()).collect();
     kinds.sort_unstable();
     assert_eq!(

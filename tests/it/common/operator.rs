@@ -44,25 +44,7 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
             ],
             &["rbac.secrets.clusterWide=true"],
         );
-        let discovery = Discovery::new(client.clone()).run().await.unwrap();
-        for obj in objects {
-            let types = obj.types.clone().unwrap();
-            let gvk = kube::core::GroupVersionKind::try_from(&types).unwrap();
-            let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
-            let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
-                Api::namespaced_with(client.clone(), OPERATOR_NAMESPACE, &ar)
-            } else {
-                Api::all_with(client.clone(), &ar)
-            };
-            let name = obj.metadata.name.clone().unwrap();
-            api.patch(
-                &name,
-                &PatchParams::apply("test-install").force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .unwrap();
-        }
+        apply_chart_objects(&client, objects).await;
         let sa: Api<ServiceAccount> = Api::namespaced(client, OPERATOR_NAMESPACE);
         let req = TokenRequest {
             spec: TokenRequestSpec {
@@ -83,9 +65,9 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
     .clone()
 }
 
-/// Server-side applies cluster-scoped `objects` (rendered by [`render_chart`]) and returns what
-/// was applied, for the caller to delete.
-pub async fn apply_cluster_objects(
+/// Server-side applies `objects` rendered by [`render_chart`] (namespaced ones in
+/// [`OPERATOR_NAMESPACE`]) and returns what was applied, for the caller to delete.
+pub async fn apply_chart_objects(
     client: &kube::Client,
     objects: Vec<DynamicObject>,
 ) -> Vec<(kube::discovery::ApiResource, String)> {
@@ -94,8 +76,11 @@ pub async fn apply_cluster_objects(
     for obj in objects {
         let gvk = kube::core::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
         let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
-        assert_eq!(caps.scope, Scope::Cluster);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
+            Api::namespaced_with(client.clone(), OPERATOR_NAMESPACE, &ar)
+        } else {
+            Api::all_with(client.clone(), &ar)
+        };
         let name = obj.metadata.name.clone().unwrap();
         api.patch(
             &name,

@@ -14,7 +14,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::common::fleet::steady;
-use crate::common::operator::{apply_cluster_objects, render_chart_with};
+use crate::common::operator::{apply_chart_objects, render_chart_with};
 use crate::common::scene::{condition, merge, spec, wait_for};
 use crate::common::serial;
 use crate::common::tenant::Tenant;
@@ -31,7 +31,7 @@ async fn install_scope(
         &["templates/admission-scope.yaml"],
         &["admission.scope.enabled=true", &selector],
     );
-    let installed = apply_cluster_objects(client, objects).await;
+    let installed = apply_chart_objects(client, objects).await;
     assert_eq!(installed.len(), 4, "two policies, two bindings");
     installed
 }
