@@ -105,7 +105,11 @@ impl MetricKind {
                 m::QUEUE_COMPLETIONS_TOTAL,
             ),
             MetricKind::FailureFloor => {
-                (format!("avg {by} ({})", m::FAILURE_FLOOR), m::FAILURE_FLOOR)
+                // `>= 0` drops the NaN of workers that do not know their floor yet.
+                (
+                    format!("avg {by} ({} >= 0)", m::FAILURE_FLOOR),
+                    m::FAILURE_FLOOR,
+                )
             }
         };
         format!(

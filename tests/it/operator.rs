@@ -64,6 +64,50 @@ async fn scales_out_for_a_backlog_within_step_limits() {
     );
 }
 
+/// Issue 13: the fleet's failure floor is the mean over the workers that know theirs (a pod that
+/// has not tested it exports NaN), read through the real Prometheus. Failures at the floor
+/// neither hold nor defer the backlog's scale-out; without a known floor the same failure rate
+/// defers it.
+#[tokio::test]
+async fn failures_at_the_fleet_failure_floor_let_a_backlog_scale_out() {
+    let _serial = serial().await;
+    let mut w = World::builder("floor").replicas(3).pods(3).start().await;
+    let failing_at = |floors: Vec<Option<f64>>| {
+        move |k: &mut crate::common::fleet::FleetKnobs| {
+            backlog(k);
+            k.backoff = 0.3;
+            k.failure_rate = 0.16;
+            k.failure_floors = floors;
+        }
+    };
+    w.fleet.set(failing_at(vec![None, None, None]));
+    w.apply(json!({})).await;
+    w.start_operator().await;
+    let s = w
+        .wait_status(Duration::from_secs(60), "scale-out deferred", |s| {
+            s.last_decision
+                .as_ref()
+                .is_some_and(|d| d.reason.contains("deferred"))
+        })
+        .await;
+    assert_eq!(w.replicas().await, 3, "{s:?}");
+
+    // One pod still learning (NaN) must not pull the fleet's floor to 0.
+    w.fleet.set(failing_at(vec![Some(0.15), None, Some(0.15)]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while w.replicas().await <= 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no scale-out at failures on the floor: {:?}\n{}",
+            w.status().await,
+            w.operator().log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let s = w.status().await;
+    assert_ne!(s.regime, Some(Regime::DependencyFailing), "{s:?}");
+}
+
 #[tokio::test]
 async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_spike() {
     let _serial = serial().await;

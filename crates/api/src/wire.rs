@@ -92,8 +92,10 @@ pub mod metrics {
     pub const BACKOFF: &str = "backpressure_backoff_factor";
     /// Gauge: the worker's failure floor in [0,1]: the share of dependency calls it found to
     /// fail whatever its concurrency, which it does not throttle for (0 when its failures
-    /// respond to load). The operator averages it over the fleet and does not count failures
-    /// up to the floor as overload when it defers scale-out or releases a hold.
+    /// respond to load; NaN while it has not tested that yet). The operator averages it over
+    /// the workers that know (`avg(backpressure_failure_floor >= 0)`) and does not count
+    /// failures up to the floor as overload when it holds or defers scale-out, releases a hold
+    /// or aborts a ramp.
     pub const FAILURE_FLOOR: &str = "backpressure_failure_floor";
     /// Gauge: permits (allowed concurrency) right now.
     pub const PERMITS: &str = "backpressure_permits";

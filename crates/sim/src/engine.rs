@@ -583,13 +583,16 @@ impl<'a> Simulation<'a> {
     ) -> Observation {
         let mut ready = 0u32;
         let mut backoff = 0.0;
-        let mut floor = 0.0;
+        let (mut floor, mut knowing) = (0.0, 0u32);
         for &i in &fleet.order {
             let p = &fleet.pods[i as usize];
             if !p.terminating && p.ready_at <= tick {
                 ready += 1;
                 backoff += p.controller.backoff(now);
-                floor += p.controller.failure_floor();
+                if let Some(f) = p.controller.floor_estimate() {
+                    floor += f;
+                    knowing += 1;
+                }
             }
         }
         let from = samples.len().saturating_sub(window);
@@ -614,7 +617,7 @@ impl<'a> Simulation<'a> {
             queue_depth: Some(queue.depth() as f64),
             arrival_rate: rate(arr),
             completion_rate: rate(comp),
-            failure_floor: (ready > 0).then(|| floor / f64::from(ready)),
+            failure_floor: (knowing > 0).then(|| floor / f64::from(knowing)),
             sampled_at: tick as f64 * dt,
         }
     }

@@ -98,7 +98,23 @@ pub struct Summary {
     pub held_per_hour: f64,
     /// Seconds held after the end of the incident (`None` without an incident).
     pub held_after_recovery: Option<f64>,
+    /// Seconds held per hour of the goodput window while the dependency had headroom (see
+    /// [`HEADROOM_LOAD`]): holds that protect nothing.
+    pub held_with_headroom_per_hour: f64,
+    /// Seconds held after the end of the incident while the dependency had headroom (`None`
+    /// without an incident).
+    pub held_with_headroom_after_recovery: Option<f64>,
 }
+
+/// A second in which the dependency's calls stayed under this share of its capacity, and its
+/// load-independent failures (outage, partial failure, noise) at or under [`OUTAGE_FAILURE`],
+/// is a second with headroom: scaling out could not overload it, and there was no outage to
+/// wait out. A hold then protects nothing (a hold while the fleet drains a backlog at the
+/// dependency's capacity, or during an outage, does).
+pub const HEADROOM_LOAD: f64 = 0.9;
+/// Load-independent failures above this are an outage whose end is worth waiting for: the
+/// worker library's default highest failure floor (`floorMax`).
+pub const OUTAGE_FAILURE: f64 = backpressure_api::defaults::FLOOR_MAX;
 
 impl Summary {
     /// DLQ messages per failed call.
@@ -230,6 +246,22 @@ pub fn summarize(scenario: &Scenario, timeline: &Timeline, run: &RunOutput) -> S
         let after = window_range(samples, w.end.secs(), f64::INFINITY);
         samples[after].iter().filter(|s| held(s)).count() as f64
     });
+    let headroom = |i: usize, s: &Sample| {
+        f64::from(s.attempts) < HEADROOM_LOAD * f64::from(s.capacity)
+            && timeline.failure_probability(i as f64 + 0.5) <= OUTAGE_FAILURE
+    };
+    let held_idle = |range: std::ops::Range<usize>| {
+        range
+            .filter(|&i| held(&samples[i]) && headroom(i, &samples[i]))
+            .count() as f64
+    };
+    let held_with_headroom_per_hour = if gw.is_empty() {
+        0.0
+    } else {
+        held_idle(gw.clone()) * 3600.0 / gw.len() as f64
+    };
+    let held_with_headroom_after_recovery =
+        incident.map(|w| held_idle(window_range(samples, w.end.secs(), f64::INFINITY)));
     let held_fraction_incident = (incident.is_some() && !win.is_empty())
         .then(|| samples[win.clone()].iter().filter(|s| held(s)).count() as f64 / win.len() as f64);
     let (thr, rdy) = samples.iter().fold((0u64, 0u64), |(t, r), s| {
@@ -281,6 +313,8 @@ pub fn summarize(scenario: &Scenario, timeline: &Timeline, run: &RunOutput) -> S
         overload_rate,
         held_per_hour,
         held_after_recovery,
+        held_with_headroom_per_hour,
+        held_with_headroom_after_recovery,
     }
 }
 

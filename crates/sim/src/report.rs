@@ -197,6 +197,8 @@ pub fn metric_defined(metric: TargetMetric, policy: Policy) -> bool {
         | TargetMetric::HeldFractionOfIncident
         | TargetMetric::HeldSecondsPerHour
         | TargetMetric::HeldAfterRecovery
+        | TargetMetric::HeldWithHeadroomPerHour
+        | TargetMetric::HeldWithHeadroomAfterRecovery
         | TargetMetric::RampStages => policy == BP_OURS,
         _ => true,
     }
@@ -236,6 +238,8 @@ pub fn policy_value(result: &impl PolicyRuns, target: &Target, policy: Policy) -
         TargetMetric::OverloadRateOverSetPoint => run.overload_rate.map(|f| f / set_point),
         TargetMetric::HeldSecondsPerHour => Some(run.held_per_hour),
         TargetMetric::HeldAfterRecovery => run.held_after_recovery,
+        TargetMetric::HeldWithHeadroomPerHour => Some(run.held_with_headroom_per_hour),
+        TargetMetric::HeldWithHeadroomAfterRecovery => run.held_with_headroom_after_recovery,
         TargetMetric::CompletedVsBacklogOnly => {
             let other = result.summary(BP_KEDA)?;
             (other.completed > 0).then(|| run.completed as f64 / other.completed as f64)
@@ -323,6 +327,15 @@ pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
             format!("{} held in total", secs(ours.held_secs))
         }
         TargetMetric::HeldAfterRecovery => "time in DependencyFailing after the incident".into(),
+        TargetMetric::HeldWithHeadroomPerHour => format!(
+            "held while the dependency had headroom (calls < 90 % of capacity, no outage); {} \
+             held in total",
+            secs(ours.held_secs)
+        ),
+        TargetMetric::HeldWithHeadroomAfterRecovery => format!(
+            "held after the incident while the dependency had headroom; {} held after it in all",
+            opt(ours.held_after_recovery, secs)
+        ),
         TargetMetric::CompletedVsBacklogOnly => match result.summary(BP_KEDA) {
             Some(other) => format!(
                 "{} completed vs {} for {}",
@@ -389,7 +402,9 @@ pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize
         | TargetMetric::HeldFractionOfIncident => pct(v),
         TargetMetric::HeldSeconds
         | TargetMetric::HeldSecondsPerHour
-        | TargetMetric::HeldAfterRecovery => secs(v),
+        | TargetMetric::HeldAfterRecovery
+        | TargetMetric::HeldWithHeadroomPerHour
+        | TargetMetric::HeldWithHeadroomAfterRecovery => secs(v),
         TargetMetric::FailureRateOverSetPoint
         | TargetMetric::OverloadRateOverSetPoint
         | TargetMetric::CompletedVsBacklogOnly

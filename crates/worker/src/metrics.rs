@@ -133,9 +133,10 @@ impl Metrics {
         self.backoff.set(backoff);
     }
 
-    /// Sets the failure-floor gauge.
-    pub fn set_failure_floor(&self, floor: f64) {
-        self.failure_floor.set(floor);
+    /// Sets the failure-floor gauge: NaN while the controller does not know its floor (see
+    /// [`crate::controller::Controller::floor_estimate`]).
+    pub fn set_failure_floor(&self, floor: Option<f64>) {
+        self.failure_floor.set(floor.unwrap_or(f64::NAN));
     }
 
     /// Sets the permits gauge.

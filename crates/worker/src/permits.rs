@@ -306,7 +306,7 @@ impl Gate {
             (
                 st.waiting,
                 st.controller.backoff(now),
-                st.controller.failure_floor(),
+                st.controller.floor_estimate(),
                 st.controller.limit(now),
                 st.in_flight,
             )

@@ -37,6 +37,9 @@ pub struct FleetKnobs {
     /// start, Prometheus keeps returning the old samples (no staleness marker) until its
     /// lookback window ends.
     pub frozen_at_ms: Option<i64>,
+    /// Each pod's `backpressure_failure_floor` (`None`: NaN, not tested yet); empty exports
+    /// no series (a worker from before the floor).
+    pub failure_floors: Vec<Option<f64>>,
 }
 
 impl Default for FleetKnobs {
@@ -52,6 +55,7 @@ impl Default for FleetKnobs {
             broken: false,
             explicit_timestamps: false,
             frozen_at_ms: None,
+            failure_floors: Vec::new(),
         }
     }
 }
@@ -200,6 +204,13 @@ fn render(state: &Mutex<State>, workload: &str, pods: usize) -> (&'static str, S
             m::BACKOFF,
             s.knobs.backoff
         ));
+    }
+    if !s.knobs.failure_floors.is_empty() {
+        out.push_str(&format!("# TYPE {} gauge\n", m::FAILURE_FLOOR));
+        for (p, f) in s.knobs.failure_floors.iter().enumerate() {
+            let v = f.map_or_else(|| "NaN".to_owned(), |f| f.to_string());
+            out.push_str(&format!("{}{{{w},pod=\"p{p}\"}} {v}\n", m::FAILURE_FLOOR));
+        }
     }
     out.push_str(&format!("# TYPE {} counter\n", m::OUTCOMES_TOTAL));
     out.push_str(&format!(

@@ -10,22 +10,28 @@
 //! # Regimes and transitions
 //!
 //! ```text
-//!                 backoff > hold.backoffAbove for hold.for
+//!                 backoff > hold.backoffAbove and f > s_eff for hold.for
 //!   Healthy ⇄ Backlogged ───────────────────────────────────► DependencyFailing (held)
 //!        ▲                                                        │      ▲
 //!        │ last stage dwelt, or backlog target reached            │      │ backoff > rampUp.abortAbove
-//!        │                                                        ▼      │ (or above hold for hold.for)
-//!        └──────────────────────────── Recovering (staged ramp) ◄─┘──────┘
-//!                      backoff < release.backoffBelow for release.for
+//!        │                                                        ▼      │ and f > s_eff (or hold evidence
+//!        └──────────────────────────── Recovering (staged ramp) ◄─┘──────┘  for hold.for)
+//!          release evidence for release.for: backoff < release.backoffBelow, or
+//!          f ≤ s_eff and backoff ≤ hold.backoffAbove with no backlog withheld or a floor
 //! ```
+//!
+//! `f` is the fleet's dependency failure rate and `s_eff` the workers' effective set point
+//! ([`FleetMetrics::effective_set_point`]); an unknown failure rate counts as above it (the
+//! backoff alone decides, as before workers exported it).
 //!
 //! * **Healthy / Backlogged**: HPA-like sizing from the queue ([`sizing`]): `Backlogged` when the
 //!   queue needs more than it gets. Scale-out is limited to `max(maxPods, maxPercent%)` per
 //!   `scaleUp.period`, scale-in to `scaleDown.maxPercent` per `scaleDown.period` and to the
-//!   highest recommendation of the `scaleDown.stabilization` window. While the fleet backoff is
-//!   above `hold.backoffAbove` but not yet for `hold.for`, scale-out is deferred (the regime
-//!   does not change yet).
-//! * **DependencyFailing**: the hold. No scale-out (no scale-in either unless
+//!   highest recommendation of the `scaleDown.stabilization` window. While the evidence for a
+//!   hold (backoff above `hold.backoffAbove`, failure rate above `s_eff`) has not lasted
+//!   `hold.for` yet, scale-out is deferred (the regime does not change yet).
+//! * **DependencyFailing**: the hold (`Decider::hold_evidence` and `Decider::release_evidence`
+//!   for why the failure rate takes part). No scale-out (no scale-in either unless
 //!   `hold.allowScaleIn`). `status.replicas.recommended` shows what a backlog-only autoscaler
 //!   would pick. Between the two thresholds nothing changes: that is the hysteresis.
 //! * **Recovering**: after release, a ramp from the held replicas to the backlog-sized target:
@@ -101,13 +107,6 @@ pub use not_ready::{invalid_spec, target_unavailable};
 pub use ramp::stage_target;
 pub use sizing::{Sizing, TOLERANCE};
 use time::{elapsed, plus, truncate};
-
-/// Whether the failure-rate arm of the release evidence is on (see
-/// `Decider::release_evidence`). Off: over 20 seeds it raised the peak load after recovery of
-/// the hard outage (1.100x → 1.111x median) and the intermittent outage's DLQ, and did not bring
-/// the hold time under noise near the set point down to target (41 → 37 min per hour); kept
-/// for the issue's notes and the tests of its hysteresis.
-const RELEASE_ON_FAILURE_RATE: bool = false;
 
 /// Requeue interval when nothing is due sooner (the HPA's sync period).
 pub const BASE_REQUEUE: Duration = Duration::from_secs(15);
@@ -228,8 +227,9 @@ pub struct DecisionEvent {
 /// sizing wants no scale-out: the guarded autoscaler sizes from its own metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deferral {
-    /// The fleet backoff is above `hold.backoffAbove`, not yet for `hold.for`: no scale-out, and
-    /// no scale-in unless `hold.allowScaleIn`.
+    /// The fleet backoff is above `hold.backoffAbove` with the failure rate above the effective
+    /// set point, not yet for `hold.for`: no scale-out, and no scale-in unless
+    /// `hold.allowScaleIn`.
     HoldPending,
     /// The dependency failure rate is above the workers' set point: no scale-out (scale-in
     /// goes on).
@@ -340,38 +340,67 @@ pub fn decide(
 }
 
 impl Decider<'_> {
+    /// Whether the dependency fails more than the workers accept: the fleet failure rate is
+    /// above the effective set point ([`FleetMetrics::effective_set_point`]), or unknown.
+    fn failing_beyond_set_point(&self) -> bool {
+        let fleet = self.obs.fleet.sanitized();
+        let s_eff = fleet.effective_set_point(self.eff.worker.set_point);
+        fleet.failure_rate.is_none_or(|f| f > s_eff)
+    }
+
+    /// Whether this observation is evidence for holding (the clock of `hold.for`,
+    /// `status.tracking.aboveHoldSince`, runs while it is): the fleet backoff is above
+    /// `hold.backoffAbove` **and** the fleet failure rate is above the effective set point (or
+    /// unknown).
+    ///
+    /// The workers' integrators rise only while their failures exceed the set point, and near
+    /// it they drift back slowly (a pod left at a few permits by a burst completes a few
+    /// outcomes a second, each moving it by `(s − f)/((1 − s)N)`): after a burst of noise the
+    /// fleet backoff stays high for minutes while the failure rate is back under the set point.
+    /// A hold then protects nothing. An outage (failure rate far above the set point) and an
+    /// overload on its way to the workers' equilibrium (above it until the workers have backed
+    /// off) both show failures above it; an overload held at its equilibrium keeps a hold that
+    /// has started, because the release needs the backoff down (see
+    /// [`Self::release_evidence`]). With the load-independent failure floor in `s_eff`, pods
+    /// that back off while they learn the floor do not hold the fleet either.
+    pub(super) fn hold_evidence(&self, b: f64) -> bool {
+        b > self.eff.scaling.hold.backoff_above && self.failing_beyond_set_point()
+    }
+
     /// Whether this observation is evidence for releasing a hold (the clock of `release.for`,
     /// `status.tracking.belowReleaseSince`, runs while it is):
     ///
     /// - the fleet backoff is below `release.backoffBelow` (the workers have stopped
     ///   throttling), or
-    /// - the backoff is at or below the midpoint between `release.backoffBelow` and
-    ///   `hold.backoffAbove` (0.125 with the defaults) **and** the dependency failure rate is at
-    ///   or below the effective set point ([`FleetMetrics::effective_set_point`]).
+    /// - the evidence of failure is gone — the fleet failure rate is known and at or below the
+    ///   effective set point, and the backoff at or below `hold.backoffAbove` — and either the
+    ///   hold withholds nothing (a backlog-only autoscaler would not add pods) or the workers
+    ///   report a failure floor.
     ///
-    /// The second arm makes the release consistent with the workers' own steady state. Near the
-    /// set point the integrator is a random walk with zero drift (`E[Δx] = (f - s)/((1-s)N)`),
-    /// so a fleet on a healthy-but-noisy dependency hovers at a backoff of a few hundredths to
-    /// a few tenths and may never stay below `release.backoffBelow` for a whole `release.for`:
-    /// the hold latched for hours on noise. What the hold protects against is load making the
-    /// dependency fail more than the set point; a failure rate at or below it for `release.for`,
-    /// with the backoff well under the hold threshold, is that evidence. Hysteresis stays: the
-    /// hold needs the backoff *above* `hold.backoffAbove` for `hold.for`, the release needs it
-    /// at or below the midpoint and the failure rate at the set point for `release.for`, and a
-    /// ramp is aborted by `rampUp.abortAbove`. (With the hold threshold itself as the bound, the
-    /// simulator's hard outage released while the capacity was still returning and its peak
-    /// load after recovery rose from 1.09x to 1.12x.) In an overload held at its equilibrium the failure rate
-    /// sits at the set point but the backoff stays above the hold threshold (that is how the
-    /// workers keep it there), so the hold is kept.
-    fn release_evidence(&self, b: f64) -> bool {
+    /// Why the second arm. Near the set point the workers' integrator has almost no drift
+    /// (`E[Δx] = (f − s)/((1 − s)N)` per outcome), so a fleet on a healthy-but-noisy dependency
+    /// hovers at a backoff of a few hundredths to a few tenths and may never stay below
+    /// `release.backoffBelow` for a whole `release.for`: the hold latched for an hour on noise.
+    /// With a failure floor, the pods that have not tested it yet (a new pod, one whose
+    /// experiments are still too few) keep backing off until they do, and the fleet mean stays
+    /// above `release.backoffBelow` for as long as pods join. In both cases the failure rate
+    /// says the workers are not failing beyond what they accept, and nothing is gained by
+    /// holding. Why not always: while a backlog waits for the pods the hold withholds, a
+    /// dependency recovering from an outage or an overload is recovered only when the workers
+    /// stop throttling (with the failure rate as evidence there, the simulator's gradual
+    /// recovery released while capacity was still returning and its peak load after recovery
+    /// rose above 1.1x). Hysteresis stays: the hold needs the backoff above
+    /// `hold.backoffAbove` with the failure rate above the set point for `hold.for`.
+    fn release_evidence(&self, b: f64, sizing: &Sizing) -> bool {
         let s = &self.eff.scaling;
-        if b < s.release.backoff_below {
-            return true;
-        }
         let fleet = self.obs.fleet.sanitized();
-        let s_eff = fleet.effective_set_point(self.eff.worker.set_point);
-        let midpoint = (s.release.backoff_below + s.hold.backoff_above) / 2.0;
-        RELEASE_ON_FAILURE_RATE && b <= midpoint && fleet.failure_rate.is_some_and(|f| f <= s_eff)
+        let floor = fleet.failure_floor.is_some_and(|f0| f0 > 0.0);
+        let withholds = sizing.replicas > self.current;
+        b < s.release.backoff_below
+            || ((floor || !withholds)
+                && b <= s.hold.backoff_above
+                && fleet.failure_rate.is_some()
+                && !self.failing_beyond_set_point())
     }
 
     /// The dispatch once the fleet backoff and a sizing are known: update the hold and release
@@ -381,12 +410,12 @@ impl Decider<'_> {
         self.backoff = Some(b);
         let s = &self.eff.scaling;
         let now = self.now;
-        if b > s.hold.backoff_above {
+        if self.hold_evidence(b) {
             self.tracking.above_hold_since.get_or_insert(Time(now));
         } else {
             self.tracking.above_hold_since = None;
         }
-        if self.release_evidence(b) {
+        if self.release_evidence(b, sizing) {
             self.tracking.below_release_since.get_or_insert(Time(now));
         } else {
             self.tracking.below_release_since = None;
@@ -428,7 +457,7 @@ impl Decider<'_> {
             return self.stay_held(b, sizing, stabilized);
         }
         if let Some(ramp) = self.prev_ramp() {
-            if b > s.ramp_up.abort_above || hold_due {
+            if (b > s.ramp_up.abort_above && self.failing_beyond_set_point()) || hold_due {
                 return self.abort(ramp, b, above_for, sizing);
             }
             if let Some(t) = &self.tracking.above_hold_since {

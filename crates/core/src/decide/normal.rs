@@ -33,7 +33,8 @@ impl Decider<'_> {
         let fleet = self.obs.fleet.sanitized();
         let set_point = fleet.effective_set_point(self.eff.worker.set_point);
         let failing = fleet.failure_rate.filter(|f| *f > set_point);
-        out.deferral = if b > s.hold.backoff_above {
+        let pending = self.hold_evidence(b);
+        out.deferral = if pending {
             Some(Deferral::HoldPending)
         } else if failing.is_some() {
             Some(Deferral::FailureRate)
@@ -41,7 +42,7 @@ impl Decider<'_> {
             None
         };
         if rec > c {
-            if b > s.hold.backoff_above {
+            if pending {
                 out.reason = format!(
                     "{}; scale-out to {rec} deferred: fleet backoff {b:.2} > hold threshold \
                      {:.2} (hold after {})",
@@ -83,7 +84,7 @@ impl Decider<'_> {
                     );
                 }
             }
-        } else if stabilized < c && b > s.hold.backoff_above && !s.hold.allow_scale_in {
+        } else if stabilized < c && pending && !s.hold.allow_scale_in {
             out.reason = format!(
                 "{}; scale-in to {stabilized} deferred: fleet backoff {b:.2} > hold threshold {:.2}",
                 sizing.basis, s.hold.backoff_above

@@ -25,11 +25,29 @@ impl Decider<'_> {
     ) -> Outcome {
         let s = &self.eff.scaling;
         let c = self.current;
-        let released = format!(
-            "fleet backoff {b:.2} < {:.2} for {}: hold released",
-            s.release.backoff_below,
-            human(below_for)
-        );
+        let released = if b < s.release.backoff_below {
+            format!(
+                "fleet backoff {b:.2} < {:.2} for {}: hold released",
+                s.release.backoff_below,
+                human(below_for)
+            )
+        } else {
+            let fleet = self.obs.fleet.sanitized();
+            let s_eff = fleet.effective_set_point(self.eff.worker.set_point);
+            let floor = fleet
+                .failure_floor
+                .filter(|f0| *f0 > 0.0)
+                .map(|f0| format!(" (failure floor {:.1}%)", f0 * 100.0))
+                .unwrap_or_default();
+            format!(
+                "dependency failure rate {:.1}% ≤ set point {:.1}%{floor} and fleet backoff \
+                 {b:.2} ≤ {:.2} for {}: hold released",
+                fleet.failure_rate.unwrap_or(0.0) * 100.0,
+                s_eff * 100.0,
+                s.hold.backoff_above,
+                human(below_for)
+            )
+        };
         let event = DecisionEvent {
             type_: EventType::Normal,
             reason: "HoldReleased",

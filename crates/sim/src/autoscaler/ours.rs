@@ -155,7 +155,9 @@ mod tests {
             replicas,
             ready_pods: replicas,
             backoff: Some(backoff),
-            failure_rate: Some(0.0),
+            // A fleet backs off from failures: a quarter of the backoff, as in the core's
+            // fixtures (a backoff alone, with no failures, is not evidence of failure).
+            failure_rate: Some(backoff / 4.0),
             queue_age: Some(age),
             queue_depth: Some(depth),
             arrival_rate: Some(100.0),

@@ -509,6 +509,11 @@ pub enum TargetMetric {
     HeldSecondsPerHour,
     /// Seconds held after the end of the incident.
     HeldAfterRecovery,
+    /// Seconds held per hour of the goodput window while the dependency had headroom (calls
+    /// under 90 % of its capacity, no outage): a hold that protects nothing.
+    HeldWithHeadroomPerHour,
+    /// Seconds held after the end of the incident while the dependency had headroom.
+    HeldWithHeadroomAfterRecovery,
     /// Messages completed divided by those completed under backpressure + KEDA-like (the same
     /// workers under an autoscaler that looks at the backlog only).
     CompletedVsBacklogOnly,

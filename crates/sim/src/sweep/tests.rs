@@ -209,6 +209,8 @@ fn summary(dlq: u64, max_age: f64, held: f64) -> Summary {
         overload_rate: None,
         held_per_hour: 0.0,
         held_after_recovery: None,
+        held_with_headroom_per_hour: 0.0,
+        held_with_headroom_after_recovery: None,
     }
 }
 

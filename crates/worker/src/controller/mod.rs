@@ -528,6 +528,16 @@ pub trait Controller: Send + fmt::Debug {
         0.0
     }
 
+    /// What this controller knows about its failure floor (the `backpressure_failure_floor`
+    /// gauge; NaN when `None`): the floor in force, `Some(0.0)` once its experiments showed the
+    /// failures respond to load (or are an outage's), `None` while it has not tested it (no
+    /// full backoff yet, or too few outcomes at minimal concurrency to tell). A fleet averages
+    /// only what its pods know: a pod that just started has no evidence either way, and must
+    /// not pull the fleet's floor down to 0 while it learns.
+    fn floor_estimate(&self) -> Option<f64> {
+        None
+    }
+
     /// Applies new settings of the same algorithm, keeping the backoff state.
     fn reconfigure(&mut self, now: Nanos, settings: Settings);
 

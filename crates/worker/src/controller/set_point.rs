@@ -472,6 +472,23 @@ impl Controller for SetPoint {
         self.floor
     }
 
+    fn floor_estimate(&self) -> Option<f64> {
+        if self.floor > 0.0 {
+            return Some(self.floor);
+        }
+        if self.settings.floor_max <= 0.0 || self.exp_n < MIN_EXPERIMENTS {
+            return None;
+        }
+        // No floor, and the experiments say so conclusively: failures at minimal concurrency
+        // are clearly under the adoption threshold (they respond to load), or above the
+        // highest floor (an outage).
+        let f = self.exp_fail / self.exp_n;
+        let sigma = (f * (1.0 - f) / self.exp_n).sqrt();
+        let under = f + Z * sigma <= ADOPT * self.settings.set_point;
+        let outage = f - Z * sigma > self.settings.floor_max;
+        (under || outage).then_some(0.0)
+    }
+
     fn reconfigure(&mut self, now: Nanos, settings: Settings) {
         let settings = settings.sanitized();
         self.probe

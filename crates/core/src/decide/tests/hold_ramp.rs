@@ -311,12 +311,39 @@ fn failure_floor_lets_a_backlog_scale_out() {
     assert!(d.reason.contains("deferred"), "{}", d.reason);
 }
 
-/// Issue 13: the failure-rate arm of the release evidence is off
-/// (`RELEASE_ON_FAILURE_RATE`, see its docs for the sweep that turned it off): a noisy fleet
-/// with a backoff above `release.backoffBelow` stays held even at a failure rate under the set
-/// point, and releases once the backoff is below it for `release.for`.
+/// Issue 13: a backoff above the hold threshold is no evidence of failure while the failure
+/// rate is at or below the set point (a noisy fleet whose integrators have not drifted back
+/// yet): no hold, no deferral, the backlog scales out. The same backoff with failures above
+/// the set point holds after `hold.for`.
 #[test]
-fn noisy_fleet_release_needs_the_backoff_below_the_release_threshold() {
+fn backoff_without_failures_above_the_set_point_does_not_hold() {
+    let mut w = World::new(defaults(), 8);
+    w.queue = Queue::Backlog;
+    w.backoff = Some(0.5);
+    w.failure_rate = Some(0.045);
+    let mut scaled = false;
+    for dt in [0, 15, 15, 30, 30] {
+        let d = w.step(dt);
+        assert_ne!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+        assert_eq!(d.deferral, None, "{}", d.reason);
+        scaled |= d.action == ScaleOut;
+    }
+    assert!(scaled, "the backlog scales out");
+
+    w.failure_rate = Some(0.08);
+    let d = w.step(15);
+    assert_eq!(d.deferral, Some(Deferral::HoldPending), "{}", d.reason);
+    let d = w.step(30);
+    assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+}
+
+/// Issue 13: a hold that withholds nothing (no backlog waits for more pods) is released once
+/// the failure rate is at or below the set point and the backoff at or below the hold threshold
+/// for `release.for`, although the noisy fleet's backoff never goes below
+/// `release.backoffBelow`; while a backlog waits (and no failure floor explains the failures)
+/// the same fleet stays held until the backoff is below it.
+#[test]
+fn a_hold_releases_on_the_failure_rate_only_where_it_withholds_nothing() {
     let mut w = World::new(defaults(), 8);
     run("hold", &mut w, &INTO_HOLD);
     w.backoff = Some(0.10);
@@ -325,7 +352,42 @@ fn noisy_fleet_release_needs_the_backoff_below_the_release_threshold() {
         let d = w.step(15);
         assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
     }
-    w.backoff = Some(0.04);
+    w.queue = Queue::Idle;
+    let mut released = None;
+    for _ in 0..8 {
+        let d = w.step(15);
+        if d.regime != Regime::DependencyFailing {
+            released = Some(d);
+            break;
+        }
+    }
+    let d = released.expect("released within release.for plus a requeue");
+    assert!(
+        d.reason
+            .contains("failure rate 4.5% ≤ set point 5.0% and fleet backoff 0.10 ≤ 0.20"),
+        "{}",
+        d.reason
+    );
+    assert!(d.events.iter().any(|e| e.reason == "HoldReleased"));
+}
+
+/// Issue 13: with a failure floor the release does not wait for every pod to have learned it:
+/// failures at the floor and a backoff at or below the hold threshold release the hold while a
+/// backlog waits, and the ramp starts.
+#[test]
+fn with_a_failure_floor_a_hold_releases_while_a_backlog_waits() {
+    let mut w = World::new(defaults(), 8);
+    run("hold", &mut w, &INTO_HOLD);
+    w.backoff = Some(0.15);
+    w.failure_rate = Some(0.16);
+    let d = w.step(90);
+    assert_eq!(
+        d.regime,
+        Regime::DependencyFailing,
+        "no floor yet: {}",
+        d.reason
+    );
+    w.failure_floor = Some(0.15);
     let mut released = None;
     for _ in 0..8 {
         let d = w.step(15);
@@ -336,4 +398,34 @@ fn noisy_fleet_release_needs_the_backoff_below_the_release_threshold() {
     }
     let d = released.expect("released within release.for plus a requeue");
     assert_eq!(d.regime, Regime::Recovering, "{}", d.reason);
+    assert!(d.reason.contains("failure floor 15.0%"), "{}", d.reason);
+}
+
+/// Issue 13: pods that join a fleet with a failure floor back off until they have learned it;
+/// their backoff does not abort the ramp while the failure rate stays under the effective set
+/// point. Failures above it (overload on top of the floor) abort it.
+#[test]
+fn a_ramp_is_aborted_by_failures_not_by_pods_learning_a_floor() {
+    let mut w = World::new(defaults(), 8);
+    run("hold", &mut w, &INTO_HOLD);
+    w.backoff = Some(0.03);
+    let mut ramping = false;
+    for _ in 0..8 {
+        if w.step(15).regime == Regime::Recovering {
+            ramping = true;
+            break;
+        }
+    }
+    assert!(ramping);
+    w.backoff = Some(0.35);
+    w.failure_rate = Some(0.16);
+    w.failure_floor = Some(0.15);
+    for _ in 0..4 {
+        let d = w.step(15);
+        assert_ne!(d.action, AbortRamp, "{}", d.reason);
+        assert_ne!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+    }
+    w.failure_rate = Some(0.25);
+    let d = w.step(15);
+    assert_eq!(d.action, AbortRamp, "{}", d.reason);
 }

@@ -838,3 +838,34 @@ fn floor_ends_when_the_dependency_heals() {
     assert_eq!(c.failure_floor(), 0.0);
     assert!(f < 0.02 && permits >= 15.0, "{f} {permits}");
 }
+
+/// Issue 13: what a controller tells the fleet about its floor. A fresh controller has tested
+/// nothing (`None`: exported as NaN, left out of the fleet's average); after a load-independent
+/// failure it reports the floor; an overload and an outage never report one (their experiments
+/// are few, about one probe a minute in an outage, or conclusive that there is none).
+#[test]
+fn floor_estimate_is_unknown_until_tested() {
+    let c = SetPoint::new(settings(16, 0.05, 20), 7);
+    assert_eq!(c.floor_estimate(), None);
+    let (c, _, _) = drive(600, 60, |_, _| 0.005);
+    assert_eq!(
+        c.floor_estimate(),
+        None,
+        "a healthy pod never ran an experiment"
+    );
+
+    let (c, _, _) = drive(1800, 600, |_, _| 0.15);
+    let f0 = c.floor_estimate().expect("a floor was learned");
+    assert!((0.12..=0.18).contains(&f0), "floor {f0}");
+
+    let (c, _, _) = drive(1800, 900, |limit, _| {
+        (1.0 - 6.0 / f64::from(limit)).max(0.0) + 0.005
+    });
+    assert_eq!(c.floor_estimate().unwrap_or(0.0), 0.0, "overload: no floor");
+    let (c, _, _) = drive(1800, 600, |_, t| if t >= 60 { 1.0 } else { 0.0 });
+    assert_eq!(c.floor_estimate().unwrap_or(0.0), 0.0, "outage: no floor");
+    // Failures that stop when the worker backs off (an overload of this worker alone: all its
+    // calls fail above 1 permit): its probes and slow start succeed, conclusively no floor.
+    let (c, _, _) = drive(900, 60, |limit, _| if limit > 1 { 0.9 } else { 0.0 });
+    assert_eq!(c.floor_estimate(), Some(0.0));
+}
