@@ -348,6 +348,27 @@ impl Decider<'_> {
         fleet.failure_rate.is_none_or(|f| f > s_eff)
     }
 
+    /// The fleet failure rate against the effective set point, in words: `dependency failure
+    /// rate 15.3% ≤ set point 19.3% (failure floor 15.0%)`.
+    pub(super) fn failure_rate_text(&self) -> String {
+        let fleet = self.obs.fleet.sanitized();
+        let s_eff = fleet.effective_set_point(self.eff.worker.set_point);
+        let floor = fleet
+            .failure_floor
+            .filter(|f0| *f0 > 0.0)
+            .map(|f0| format!(" (failure floor {:.1}%)", f0 * 100.0))
+            .unwrap_or_default();
+        match fleet.failure_rate {
+            Some(f) => format!(
+                "dependency failure rate {:.1}% {} set point {:.1}%{floor}",
+                f * 100.0,
+                if f > s_eff { ">" } else { "≤" },
+                s_eff * 100.0
+            ),
+            None => "dependency failure rate unknown".to_owned(),
+        }
+    }
+
     /// Whether this observation is evidence for holding (the clock of `hold.for`,
     /// `status.tracking.aboveHoldSince`, runs while it is): the fleet backoff is above
     /// `hold.backoffAbove` **and** the fleet failure rate is above the effective set point (or

@@ -32,18 +32,9 @@ impl Decider<'_> {
                 human(below_for)
             )
         } else {
-            let fleet = self.obs.fleet.sanitized();
-            let s_eff = fleet.effective_set_point(self.eff.worker.set_point);
-            let floor = fleet
-                .failure_floor
-                .filter(|f0| *f0 > 0.0)
-                .map(|f0| format!(" (failure floor {:.1}%)", f0 * 100.0))
-                .unwrap_or_default();
             format!(
-                "dependency failure rate {:.1}% ≤ set point {:.1}%{floor} and fleet backoff \
-                 {b:.2} ≤ {:.2} for {}: hold released",
-                fleet.failure_rate.unwrap_or(0.0) * 100.0,
-                s_eff * 100.0,
+                "{} and fleet backoff {b:.2} ≤ {:.2} for {}: hold released",
+                self.failure_rate_text(),
                 s.hold.backoff_above,
                 human(below_for)
             )
@@ -93,8 +84,9 @@ impl Decider<'_> {
         out
     }
 
-    /// Aborts a ramp back to the hold at the current replicas (backoff above `rampUp.abortAbove`,
-    /// or above the hold threshold for `hold.for`). The ramp stays in status with its abort
+    /// Aborts a ramp back to the hold at the current replicas (backoff above `rampUp.abortAbove`
+    /// with the failure rate above the effective set point, or the evidence for a hold for
+    /// `hold.for`). The ramp stays in status with its abort
     /// count, and a new release needs a new period below the release threshold.
     pub(super) fn abort(
         &mut self,
@@ -114,14 +106,16 @@ impl Decider<'_> {
         out.action = Action::AbortRamp;
         let why = if b > s.ramp_up.abort_above {
             format!(
-                "fleet backoff {b:.2} > abort threshold {:.2}",
-                s.ramp_up.abort_above
+                "fleet backoff {b:.2} > abort threshold {:.2}, {}",
+                s.ramp_up.abort_above,
+                self.failure_rate_text()
             )
         } else {
             format!(
-                "fleet backoff {b:.2} > {:.2} for {}",
+                "fleet backoff {b:.2} > {:.2} for {}, {}",
                 s.hold.backoff_above,
-                human(above_for.unwrap_or_default())
+                human(above_for.unwrap_or_default()),
+                self.failure_rate_text()
             )
         };
         out.reason = format!(
@@ -183,10 +177,21 @@ impl Decider<'_> {
             let desired = next_target.min(self.up_cap()).max(c);
             let mut out = self.outcome(Regime::Recovering, desired, rec);
             out.action = Action::RampStage;
+            let health = if b > s.ramp_up.abort_above {
+                format!(
+                    "fleet backoff {b:.2} > abort threshold {:.2} but {}",
+                    s.ramp_up.abort_above,
+                    self.failure_rate_text()
+                )
+            } else {
+                format!(
+                    "fleet backoff {b:.2} ≤ abort threshold {:.2}",
+                    s.ramp_up.abort_above
+                )
+            };
             out.reason = format!(
-                "fleet backoff {b:.2} ≤ abort threshold {:.2} after {} at stage {stage}/{n}: \
-                 ramp stage {next}/{n} ({next_pct}%): {c} → {next_target} toward {to}",
-                s.ramp_up.abort_above,
+                "{health} after {} at stage {stage}/{n}: ramp stage {next}/{n} ({next_pct}%): \
+                 {c} → {next_target} toward {to}",
                 human(s.ramp_up.dwell)
             );
             if desired < next_target {

@@ -148,7 +148,9 @@ fn abort_mid_ramp_goes_back_to_hold_and_counts() {
     assert!(
         aborted
             .reason
-            .contains("0.25 > abort threshold 0.20 at ramp stage 2/4")
+            .contains("0.25 > abort threshold 0.20, dependency failure rate 6.2% > set point 5.0% at ramp stage 2/4"),
+        "{}",
+        aborted.reason
     );
     assert!(
         aborted
