@@ -99,14 +99,19 @@ impl RunRecord {
     pub fn held_secs(&self, from: f64, to: f64) -> f64 {
         self.samples
             .windows(2)
-            .filter(|w| w[1].t > from && w[1].t <= to && w[1].regime == Regime::DependencyFailing.as_str())
+            .filter(|w| {
+                w[1].t > from && w[1].t <= to && w[1].regime == Regime::DependencyFailing.as_str()
+            })
             .map(|w| w[1].t - w[0].t)
             .sum()
     }
 
     /// Mean of the fleet failure floor over the samples of a window that report one.
     pub fn mean_failure_floor(&self, from: f64, to: f64) -> Option<f64> {
-        let v: Vec<f64> = self.in_window(from, to).filter_map(|s| s.failure_floor).collect();
+        let v: Vec<f64> = self
+            .in_window(from, to)
+            .filter_map(|s| s.failure_floor)
+            .collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
@@ -314,7 +319,8 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
             Some(op) => {
                 let gp = goodput(scenario, op, from, to);
                 let cmp_gp = cmp.and_then(|c| goodput(scenario, c, from, to));
-                let max_rep = |r: Option<&RunRecord>| fmt_opt(r.and_then(|r| r.max_replicas(from, to)));
+                let max_rep =
+                    |r: Option<&RunRecord>| fmt_opt(r.and_then(|r| r.max_replicas(from, to)));
                 out.push(Check {
                     name,
                     passed: gp.is_some_and(|x| x.ratio >= g.min),
@@ -525,7 +531,9 @@ pub fn to_csv(run: &RunRecord) -> String {
             x.dep_served,
             x.dep_capacity,
             x.failed_calls,
-            x.failure_floor.map(|f| format!("{f:.3}")).unwrap_or_default()
+            x.failure_floor
+                .map(|f| format!("{f:.3}"))
+                .unwrap_or_default()
         ));
     }
     s
@@ -698,6 +706,66 @@ mod tests {
         let (ratio, secs) = r.load_ratio_while_backlogged(0.0, 100.0);
         assert_eq!(secs, 10.0);
         assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn goodput_is_the_simulators_over_the_phase() {
+        let s = Scenario::load("partial-failure").unwrap();
+        let phase = s.phase("failing").unwrap();
+        let (from, to) = (phase.from.secs(), phase.to.secs());
+        // 40 messages/s arrive over the window; 100 are in the stream at its start.
+        let mk = |t: f64, produced: u64, completed: u64, in_stream: u64| Sample {
+            t,
+            produced,
+            completed,
+            in_stream,
+            ..Sample::default()
+        };
+        let arrivals = (40.0 * (to - from)) as u64;
+        let r = |completed_in_window: u64| RunRecord {
+            label: OPERATOR.into(),
+            namespace: OPERATOR.into(),
+            samples: vec![
+                mk(from - 1.0, 300, 200, 100),
+                mk(to, 300 + arrivals, 200 + completed_in_window, 0),
+                mk(to + 4.0, 300 + arrivals + 160, 200 + arrivals + 260, 0),
+            ],
+        };
+        // The dependency (300/s at 85 %) is not the limit: what there was to serve is.
+        let all = goodput(&s, &r(arrivals + 100), from, to).unwrap();
+        assert_eq!(all.servable, (arrivals + 100) as f64);
+        assert!((all.ratio - 1.0).abs() < 1e-9, "{all:?}");
+        let most = goodput(&s, &r((arrivals + 100) * 85 / 100), from, to).unwrap();
+        assert!((most.ratio - 0.85).abs() < 1e-3, "{most:?}");
+        // The check follows the ratio.
+        let rec = |n| Recording {
+            runs: vec![r(n)],
+            ..Recording::default()
+        };
+        let find = |rec: &Recording| {
+            checks(&s, rec)
+                .into_iter()
+                .find(|c| c.name.contains("goodput"))
+                .unwrap()
+        };
+        assert!(find(&rec(arrivals + 100)).passed);
+        assert!(!find(&rec((arrivals + 100) * 85 / 100)).passed);
+    }
+
+    #[test]
+    fn dlq_per_failed_call_within_poisson_noise() {
+        let d = |op: (u64, u64), cmp: (u64, u64)| DlqComparison { op, cmp };
+        // Same rate, fewer failed calls: passes.
+        assert!(d((5, 300), (15, 900)).passed());
+        // Somewhat more per failed call, inside the noise of counts this small.
+        assert!(d((9, 300), (15, 900)).passed());
+        // Four times the rate: fails.
+        assert!(!d((20, 300), (15, 900)).passed());
+        // Nothing against nothing, or one against nothing: noise.
+        assert!(d((0, 300), (0, 900)).passed());
+        assert!(d((1, 300), (0, 900)).passed());
+        // No failed calls in a run: nothing to compare.
+        assert!(!d((0, 0), (3, 900)).passed());
     }
 
     #[test]
