@@ -103,7 +103,7 @@ demo: deps k8s-bins ## Run the lab's default scenario with real processes
 	  $(TARGET_DIR)/release/backpressure-lab demo
 
 .PHONY: e2e
-e2e: deps k8s-bins ## The lab's three scenarios, asserting the recorded checks
+e2e: deps k8s-bins ## The lab's four scenarios, asserting the recorded checks
 	$(run_e2e)
 
 .PHONY: bench

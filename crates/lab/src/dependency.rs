@@ -152,6 +152,11 @@ impl Counters {
             .sum()
     }
 
+    /// Failed requests so far (any answer but 200).
+    pub fn failed(&self) -> u64 {
+        self.requests().saturating_sub(self.served())
+    }
+
     /// Served requests so far.
     pub fn served(&self) -> u64 {
         self.by_verdict[0].load(Ordering::Relaxed)

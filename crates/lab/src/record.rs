@@ -1,5 +1,6 @@
 //! What a run recorded, and the end-to-end checks computed from it.
 
+use backpressure_api::v1alpha1::Regime;
 use serde::{Deserialize, Serialize};
 
 use crate::scenario::Scenario;
@@ -35,6 +36,14 @@ pub struct Sample {
     pub dep_served: f64,
     /// Its scheduled capacity.
     pub dep_capacity: f64,
+    /// Dependency calls that failed so far (any answer but 200: partial failure, over capacity,
+    /// outage).
+    #[serde(default)]
+    pub failed_calls: u64,
+    /// The fleet's failure floor: the mean of `backpressure_failure_floor` over the workers that
+    /// know it (`>= 0`), as the operator reads it; absent while none knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_floor: Option<f64>,
     /// The operator's config sync (operator run): ready pods that confirmed the config, of all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ConfigSync>,
@@ -75,6 +84,35 @@ impl RunRecord {
     /// Highest replicas in a window.
     pub fn max_replicas(&self, from: f64, to: f64) -> Option<i32> {
         self.in_window(from, to).map(|s| s.replicas).max()
+    }
+
+    /// The sample closest before `t` (the first sample if none is).
+    pub fn at(&self, t: f64) -> Option<&Sample> {
+        self.samples
+            .iter()
+            .rev()
+            .find(|s| s.t <= t)
+            .or(self.samples.first())
+    }
+
+    /// Seconds of a window the operator spent in `DependencyFailing` (scale-out held).
+    pub fn held_secs(&self, from: f64, to: f64) -> f64 {
+        self.samples
+            .windows(2)
+            .filter(|w| {
+                w[1].t > from && w[1].t <= to && w[1].regime == Regime::DependencyFailing.as_str()
+            })
+            .map(|w| w[1].t - w[0].t)
+            .sum()
+    }
+
+    /// Mean of the fleet failure floor over the samples of a window that report one.
+    pub fn mean_failure_floor(&self, from: f64, to: f64) -> Option<f64> {
+        let v: Vec<f64> = self
+            .in_window(from, to)
+            .filter_map(|s| s.failure_floor)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
     /// Replicas at the sample closest before `t`.
@@ -268,6 +306,56 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
             _ => need(&name, &mut out),
         }
     }
+    if let Some(g) = &scenario.expect.goodput
+        && let Some(phase) = scenario.phase(&g.during)
+    {
+        let name = format!(
+            "{}: operator goodput >= {:.0} % of what the dependency serves",
+            phase.name,
+            g.min * 100.0
+        );
+        let (from, to) = (phase.from.secs(), phase.to.secs());
+        match op {
+            Some(op) => {
+                let gp = goodput(scenario, op, from, to);
+                let cmp_gp = cmp.and_then(|c| goodput(scenario, c, from, to));
+                let max_rep =
+                    |r: Option<&RunRecord>| fmt_opt(r.and_then(|r| r.max_replicas(from, to)));
+                out.push(Check {
+                    name,
+                    passed: gp.is_some_and(|x| x.ratio >= g.min),
+                    detail: format!(
+                        "operator {} (queue-age scaler {}); held {:.0} s of {:.0} s; max replicas operator {}, queue-age scaler {}; fleet failure floor mean {}",
+                        gp.map(|g| g.to_string()).unwrap_or_else(|| "?".into()),
+                        cmp_gp.map(|g| g.to_string()).unwrap_or_else(|| "?".into()),
+                        op.held_secs(from, to),
+                        to - from,
+                        max_rep(Some(op)),
+                        max_rep(cmp),
+                        op.mean_failure_floor(from, to)
+                            .map(|f| format!("{f:.3}"))
+                            .unwrap_or_else(|| "-".into()),
+                    ),
+                });
+            }
+            None => need(&name, &mut out),
+        }
+    }
+    if scenario.expect.dlq_per_failed_call {
+        let name = "operator: dead letters per failed call no worse than the comparison (2 sigma)"
+            .to_owned();
+        match (op.and_then(RunRecord::last), cmp.and_then(RunRecord::last)) {
+            (Some(o), Some(c)) => {
+                let d = DlqComparison::new(o, c);
+                out.push(Check {
+                    name,
+                    passed: d.passed(),
+                    detail: d.to_string(),
+                });
+            }
+            _ => need(&name, &mut out),
+        }
+    }
     if scenario.expect.scale_out {
         let name = "operator scales out for a genuine backlog".to_owned();
         match op {
@@ -289,6 +377,133 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
     out
 }
 
+/// The simulator's goodput (`crates/sim/src/metrics.rs`) of one run over a window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Goodput {
+    /// Messages acknowledged in the window.
+    pub done: u64,
+    /// What the dependency could serve there: the smaller of its schedule's capacity × (1 −
+    /// failure rate) over the window and the messages there were to serve (the backlog at the
+    /// window start plus the arrivals in it).
+    pub servable: f64,
+    /// `done / servable`.
+    pub ratio: f64,
+}
+
+impl std::fmt::Display for Goodput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} % ({} of {:.0})",
+            self.ratio * 100.0,
+            self.done,
+            self.servable
+        )
+    }
+}
+
+/// The goodput of `run` over `[from, to]`, as the simulator defines it: acknowledged in the
+/// window / `min(Σ capacity(t)·(1 − failure rate(t)), backlog at the start + arrivals)`, the
+/// dependency's share from the scenario's schedule (per second, at mid-second), not from the
+/// run. The backlog at the start is every message in the stream then (never delivered, in
+/// flight or waiting for a retry): those in flight are acknowledged inside the window, so
+/// leaving them out (the simulator counts its waiting depth) could take the ratio above 1.
+/// Messages dead-lettered or still queued at the end count against it.
+pub fn goodput(scenario: &Scenario, run: &RunRecord, from: f64, to: f64) -> Option<Goodput> {
+    let (start, end) = (run.at(from)?, run.at(to)?);
+    let done = end.completed.saturating_sub(start.completed);
+    let arrived = end.produced.saturating_sub(start.produced);
+    let dep = &scenario.dependency;
+    let secs = (to - from).max(0.0).floor() as u64;
+    let by_dependency: f64 = (0..secs)
+        .map(|i| {
+            let t = std::time::Duration::from_secs_f64(from + i as f64 + 0.5);
+            dep.capacity.value_at(t) * (1.0 - dep.failure_rate.value_at(t).min(1.0))
+        })
+        .sum();
+    let servable = by_dependency.min((start.in_stream + arrived) as f64);
+    (servable > 0.0).then(|| Goodput {
+        done,
+        servable,
+        ratio: done as f64 / servable,
+    })
+}
+
+/// Dead letters per failed dependency call of the operator run against the comparison's.
+///
+/// In a partial failure both fleets lose a message only when all of its deliveries fail, with
+/// the same probability per message whatever their concurrency, so both should dead-letter the
+/// same share of their failed calls. The counts are small in a run of minutes (tens, not the
+/// simulator's hundreds), so the check is a Poisson test rather than a fixed ratio: with
+/// `k = failed_op / failed_cmp`, the excess `dlq_op − k·dlq_cmp` must stay within 2 sigma of
+/// its noise under a common rate `ρ = (dlq_op + dlq_cmp) / (failed_op + failed_cmp)`:
+/// `Var = ρ·failed_op + k²·ρ·failed_cmp = ρ·failed_op·(1 + k)` (at least 1, so that 0 against
+/// 0 or 1 against 0 is not a failure).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DlqComparison {
+    /// Operator run: dead letters and failed calls.
+    pub op: (u64, u64),
+    /// Comparison run: dead letters and failed calls.
+    pub cmp: (u64, u64),
+}
+
+impl DlqComparison {
+    /// From the last samples of both runs.
+    pub fn new(op: &Sample, cmp: &Sample) -> Self {
+        Self {
+            op: (op.dead_lettered, op.failed_calls),
+            cmp: (cmp.dead_lettered, cmp.failed_calls),
+        }
+    }
+
+    fn excess_and_sigma(&self) -> Option<(f64, f64)> {
+        let (a, fa) = (self.op.0 as f64, self.op.1 as f64);
+        let (b, fb) = (self.cmp.0 as f64, self.cmp.1 as f64);
+        if fa <= 0.0 || fb <= 0.0 {
+            return None;
+        }
+        let k = fa / fb;
+        let rho = (a + b) / (fa + fb);
+        Some((a - k * b, (rho * fa * (1.0 + k)).max(1.0).sqrt()))
+    }
+
+    /// Within the band (false when a run made no failed call: nothing to compare).
+    pub fn passed(&self) -> bool {
+        self.excess_and_sigma()
+            .is_some_and(|(excess, sigma)| excess <= 2.0 * sigma)
+    }
+}
+
+impl std::fmt::Display for DlqComparison {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per = |(d, n): (u64, u64)| {
+            if n == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.4}", d as f64 / n as f64)
+            }
+        };
+        write!(
+            f,
+            "operator {} DLQ / {} failed calls = {}, comparison {} / {} = {}",
+            self.op.0,
+            self.op.1,
+            per(self.op),
+            self.cmp.0,
+            self.cmp.1,
+            per(self.cmp)
+        )?;
+        match self.excess_and_sigma() {
+            Some((excess, sigma)) => write!(
+                f,
+                "; excess over the comparison's rate {excess:.1}, 2 sigma {:.1}",
+                2.0 * sigma
+            ),
+            None => write!(f, "; no failed calls to compare"),
+        }
+    }
+}
+
 fn fmt_opt(v: Option<i32>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
 }
@@ -296,11 +511,11 @@ fn fmt_opt(v: Option<i32>) -> String {
 /// Writes one run as CSV.
 pub fn to_csv(run: &RunRecord) -> String {
     let mut s = String::from(
-        "t,regime,replicas,ready,backoff,queue_age,queue_depth,produced,completed,dead_lettered,in_stream,dep_load,dep_served,dep_capacity\n",
+        "t,regime,replicas,ready,backoff,queue_age,queue_depth,produced,completed,dead_lettered,in_stream,dep_load,dep_served,dep_capacity,failed_calls,failure_floor\n",
     );
     for x in &run.samples {
         s.push_str(&format!(
-            "{:.1},{},{},{},{},{:.2},{},{},{},{},{},{:.2},{:.2},{:.2}\n",
+            "{:.1},{},{},{},{},{:.2},{},{},{},{},{},{:.2},{:.2},{:.2},{},{}\n",
             x.t,
             x.regime,
             x.replicas,
@@ -314,7 +529,11 @@ pub fn to_csv(run: &RunRecord) -> String {
             x.in_stream,
             x.dep_load,
             x.dep_served,
-            x.dep_capacity
+            x.dep_capacity,
+            x.failed_calls,
+            x.failure_floor
+                .map(|f| format!("{f:.3}"))
+                .unwrap_or_default()
         ));
     }
     s
@@ -487,6 +706,66 @@ mod tests {
         let (ratio, secs) = r.load_ratio_while_backlogged(0.0, 100.0);
         assert_eq!(secs, 10.0);
         assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
+    fn goodput_is_the_simulators_over_the_phase() {
+        let s = Scenario::load("partial-failure").unwrap();
+        let phase = s.phase("failing").unwrap();
+        let (from, to) = (phase.from.secs(), phase.to.secs());
+        // 40 messages/s arrive over the window; 100 are in the stream at its start.
+        let mk = |t: f64, produced: u64, completed: u64, in_stream: u64| Sample {
+            t,
+            produced,
+            completed,
+            in_stream,
+            ..Sample::default()
+        };
+        let arrivals = (40.0 * (to - from)) as u64;
+        let r = |completed_in_window: u64| RunRecord {
+            label: OPERATOR.into(),
+            namespace: OPERATOR.into(),
+            samples: vec![
+                mk(from - 1.0, 300, 200, 100),
+                mk(to, 300 + arrivals, 200 + completed_in_window, 0),
+                mk(to + 4.0, 300 + arrivals + 160, 200 + arrivals + 260, 0),
+            ],
+        };
+        // The dependency (300/s at 85 %) is not the limit: what there was to serve is.
+        let all = goodput(&s, &r(arrivals + 100), from, to).unwrap();
+        assert_eq!(all.servable, (arrivals + 100) as f64);
+        assert!((all.ratio - 1.0).abs() < 1e-9, "{all:?}");
+        let most = goodput(&s, &r((arrivals + 100) * 85 / 100), from, to).unwrap();
+        assert!((most.ratio - 0.85).abs() < 1e-3, "{most:?}");
+        // The check follows the ratio.
+        let rec = |n| Recording {
+            runs: vec![r(n)],
+            ..Recording::default()
+        };
+        let find = |rec: &Recording| {
+            checks(&s, rec)
+                .into_iter()
+                .find(|c| c.name.contains("goodput"))
+                .unwrap()
+        };
+        assert!(find(&rec(arrivals + 100)).passed);
+        assert!(!find(&rec((arrivals + 100) * 85 / 100)).passed);
+    }
+
+    #[test]
+    fn dlq_per_failed_call_within_poisson_noise() {
+        let d = |op: (u64, u64), cmp: (u64, u64)| DlqComparison { op, cmp };
+        // Same rate, fewer failed calls: passes.
+        assert!(d((5, 300), (15, 900)).passed());
+        // Somewhat more per failed call, inside the noise of counts this small.
+        assert!(d((9, 300), (15, 900)).passed());
+        // Four times the rate: fails.
+        assert!(!d((20, 300), (15, 900)).passed());
+        // Nothing against nothing, or one against nothing: noise.
+        assert!(d((0, 300), (0, 900)).passed());
+        assert!(d((1, 300), (0, 900)).passed());
+        // No failed calls in a run: nothing to compare.
+        assert!(!d((0, 0), (3, 900)).passed());
     }
 
     #[test]

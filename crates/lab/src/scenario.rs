@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use backpressure_api::duration::{format_duration, parse_duration};
-use backpressure_api::v1alpha1::WorkerBackpressureSpec;
+use backpressure_api::v1alpha1::{Algorithm, WorkerBackpressureSpec};
 use backpressure_sim::autoscaler::HpaBehavior;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -215,6 +215,11 @@ pub struct HpaLikeSpec {
     pub scale_up_percent: u32,
     /// Scale-down stabilization window (HPA default 300 s, scaled).
     pub scale_down_stabilization: Dur,
+    /// The algorithm of the comparison run's workers; absent: the operator run's workers'
+    /// configuration (`workerBackpressure.worker`). `Off` makes it the simulator's "greedy +
+    /// KEDA-like" fleet: every pod at `maxPermits` whatever the dependency answers.
+    #[serde(default)]
+    pub workers: Option<Algorithm>,
 }
 
 impl HpaLikeSpec {
@@ -280,6 +285,24 @@ pub struct Expectations {
     /// The operator scales out (above the initial replicas).
     #[serde(default)]
     pub scale_out: bool,
+    /// In this phase the operator run completes at least `min` of what the dependency could
+    /// serve (the simulator's goodput, `crates/sim/src/metrics.rs`).
+    #[serde(default)]
+    pub goodput: Option<GoodputCheck>,
+    /// The operator run's dead letters per failed dependency call are no worse than the
+    /// comparison's, within the Poisson noise of the two counts (2 sigma).
+    #[serde(default)]
+    pub dlq_per_failed_call: bool,
+}
+
+/// Goodput check parameters.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GoodputCheck {
+    /// The phase (the goodput window).
+    pub during: String,
+    /// Smallest allowed goodput, in [0, 1].
+    pub min: f64,
 }
 
 /// Load check parameters.
@@ -421,6 +444,11 @@ impl Scenario {
                 return Err(format!("phase {}: `to` before `from`", p.name));
             }
         }
+        if let Some(g) = &self.expect.goodput
+            && !(0.0..=1.0).contains(&g.min)
+        {
+            return Err("expect.goodput.min must be in [0, 1]".into());
+        }
         let phase_names: Vec<&str> = self.phases.iter().map(|p| p.name.as_str()).collect();
         for name in self
             .expect
@@ -428,6 +456,7 @@ impl Scenario {
             .iter()
             .chain(self.expect.fewer_replicas_during.iter())
             .chain(self.expect.load_within_capacity.iter().map(|l| &l.during))
+            .chain(self.expect.goodput.iter().map(|g| &g.during))
         {
             if !phase_names.contains(&name.as_str()) {
                 return Err(format!("expect names an unknown phase {name:?}"));
@@ -521,7 +550,12 @@ mod tests {
     #[test]
     fn bundled_scenarios_parse_and_are_consistent() {
         let names = bundled();
-        for want in ["outage-and-recovery", "producer-surge", "quota-overload"] {
+        for want in [
+            "outage-and-recovery",
+            "producer-surge",
+            "quota-overload",
+            "partial-failure",
+        ] {
             assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
         }
         for name in names {

@@ -5,7 +5,9 @@
 //! and asserts the scenario's checks from the recorded data (see `record::checks`): the
 //! operator holds during an outage while the queue-age scaler grows, the dependency load stays
 //! within 1.1x its capacity while the backlog drains, the operator dead-letters less, the
-//! operator scales out for a genuine surge, and no message is lost in either run.
+//! operator scales out for a genuine surge, and no message is lost in either run; under a
+//! load-independent partial failure the operator completes >= 90 % of what the dependency
+//! serves and dead-letters no more per failed call than a greedy fleet.
 //!
 //! The operator binary is built with `$CARGO` in the same profile first (or taken from
 //! `BP_OPERATOR_BIN`); without it every operator check fails with "did not run".
@@ -82,4 +84,10 @@ async fn producer_surge() {
 #[ignore = "e2e: several minutes with real processes; make e2e"]
 async fn quota_overload() {
     scenario("quota-overload").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "e2e: several minutes with real processes; make e2e"]
+async fn partial_failure() {
+    scenario("partial-failure").await;
 }

@@ -29,7 +29,7 @@ mod comparator;
 mod sampling;
 
 use comparator::hpa_loop;
-use sampling::{fleet_backoff, queue_exposition, sample, timeline};
+use sampling::{fleet_gauges, queue_exposition, sample, timeline};
 
 /// Namespace of the operator run.
 pub const OPERATOR_RUN_NS: &str = "lab-operator";
@@ -129,6 +129,8 @@ pub fn worker_config(spec: Option<&WorkerSpec>) -> WorkerConfig {
             d::PROBE_INITIAL,
         ),
         probe_max_ms: ms(probe.and_then(|p| p.max_interval.as_ref()), d::PROBE_MAX),
+        initial_permits: w.initial_permits,
+        floor_max: w.floor_max,
         hash: String::new(),
         ..base
     }
@@ -365,13 +367,27 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         );
     }
 
-    // Worker config file and the kubelet.
+    // Worker config files (one per run: the comparison's workers may run another algorithm)
+    // and the kubelet.
     let cfg = worker_config(sc.worker_backpressure.worker.as_ref());
-    let cfg_path = out.join("worker-config.json");
-    std::fs::write(
-        &cfg_path,
-        serde_json::to_vec_pretty(&cfg).map_err(|e| LabError::Other(e.to_string()))?,
-    )?;
+    let mut cfg_paths = BTreeMap::new();
+    for r in &runs {
+        let cfg = match sc.hpa_like.workers {
+            Some(algorithm) if r.label == HPA_LIKE => WorkerConfig {
+                algorithm,
+                hash: String::new(),
+                ..cfg.clone()
+            }
+            .with_hash(),
+            _ => cfg.clone(),
+        };
+        let path = out.join(format!("worker-config-{}.json", r.label));
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(&cfg).map_err(|e| LabError::Other(e.to_string()))?,
+        )?;
+        cfg_paths.insert(r.namespace.to_owned(), path);
+    }
     // The workers verify the operator's push token with a TokenReview, as the ServiceAccount
     // their pods run as (the chart binds its TokenReview role to it): never the admin's.
     let auth = match &operator_identity {
@@ -386,7 +402,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         }
         None => None,
     };
-    let launcher = make_launcher(&opts, &runs, &redis.url(), &cfg_path, &logs, auth);
+    let launcher = make_launcher(&opts, &runs, &redis.url(), &cfg_paths, &logs, auth);
     let kubelet = Kubelet::start(
         client.clone(),
         "lab-node",
@@ -454,7 +470,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         let t = t0.elapsed().as_secs_f64();
         let dt = (t - prev_t).max(1e-3);
         prev_t = t;
-        let backoff = fleet_backoff(&http, &prometheus.url(), &workload).await;
+        let (backoff, floor) = fleet_gauges(&http, &prometheus.url(), &workload).await;
         for r in runs.iter_mut() {
             let s = sample(
                 &client,
@@ -463,6 +479,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
                 dt,
                 &workload,
                 backoff.get(r.namespace).copied(),
+                floor.get(r.namespace).copied(),
             )
             .await;
             r.record.samples.push(s);
@@ -525,7 +542,7 @@ fn make_launcher(
     opts: &Options,
     runs: &[RunCtx],
     redis_url: &str,
-    cfg_path: &Path,
+    cfg_paths: &BTreeMap<String, PathBuf>,
     logs: &Path,
     auth: Option<(PathBuf, String)>,
 ) -> Launcher {
@@ -536,7 +553,7 @@ fn make_launcher(
         .collect();
     let exe = opts.worker_exe.clone();
     let redis_url = redis_url.to_owned();
-    let cfg_path = cfg_path.to_owned();
+    let cfg_paths = cfg_paths.clone();
     let logs = logs.join("workers");
     let workload = sc.workload.name.clone();
     let processing = backpressure_api::duration::format_duration(sc.workload.processing.0);
@@ -545,6 +562,7 @@ fn make_launcher(
     let seed = sc.seed;
     Arc::new(move |ns: &str, pod: &str, ip| {
         let dep = per_ns.get(ns)?;
+        let cfg_path = cfg_paths.get(ns)?;
         let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
         let pod_seed = pod
             .bytes()

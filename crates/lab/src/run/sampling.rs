@@ -62,17 +62,31 @@ pub(super) async fn queue_exposition(queues: &[(String, Queue)], workload: &str)
     e.finish()
 }
 
-pub(super) async fn fleet_backoff(
+/// Per namespace: the fleet's mean backoff and its failure floor (the mean over the workers
+/// that know one, as the operator reads it: `avg(backpressure_failure_floor >= 0)`).
+pub(super) async fn fleet_gauges(
     http: &reqwest::Client,
     prom_url: &str,
     workload: &str,
-) -> BTreeMap<String, f64> {
-    let expr = format!(
+) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
+    let backoff = format!(
         "avg by (namespace) ({}{{{}=\"{workload}\"}})",
         m::BACKOFF,
         m::LABEL_WORKLOAD
     );
-    prom::query(http, prom_url, &expr)
+    let floor = format!(
+        "avg by (namespace) ({}{{{}=\"{workload}\"}} >= 0)",
+        m::FAILURE_FLOOR,
+        m::LABEL_WORKLOAD
+    );
+    (
+        by_namespace(http, prom_url, &backoff).await,
+        by_namespace(http, prom_url, &floor).await,
+    )
+}
+
+async fn by_namespace(http: &reqwest::Client, prom_url: &str, expr: &str) -> BTreeMap<String, f64> {
+    prom::query(http, prom_url, expr)
         .await
         .unwrap_or_default()
         .into_iter()
@@ -87,6 +101,7 @@ pub(super) async fn sample(
     dt: f64,
     workload: &str,
     backoff: Option<f64>,
+    failure_floor: Option<f64>,
 ) -> Sample {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), r.namespace);
     let (replicas, ready) = match deployments.get_opt(workload).await {
@@ -142,6 +157,8 @@ pub(super) async fn sample(
         dep_load: load,
         dep_served: served_rate,
         dep_capacity: r.dependency.capacity_now(),
+        failed_calls: r.dependency.counters().failed(),
+        failure_floor,
         config,
     }
 }
@@ -164,7 +181,7 @@ pub(super) fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
     for r in runs {
         if let Some(s) = r.record.last() {
             out.push_str(&format!(
-                "\n    {:<9} {:<18} replicas {:>2} ready {:>2}  backoff {}  age {:>3.0}s  depth {:>5}  dependency {:>3.0}/{:<3.0} req/s  dlq {:>3}",
+                "\n    {:<9} {:<18} replicas {:>2} ready {:>2}  backoff {}  age {:>3.0}s  depth {:>5}  dependency {:>3.0}/{:<3.0} req/s  dlq {:>3}  floor {}",
                 r.label,
                 s.regime,
                 s.replicas,
@@ -176,7 +193,10 @@ pub(super) fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
                 s.queue_depth,
                 s.dep_load,
                 s.dep_capacity,
-                s.dead_lettered
+                s.dead_lettered,
+                s.failure_floor
+                    .map(|f| format!("{f:.2}"))
+                    .unwrap_or_else(|| "-".into())
             ));
         }
     }
