@@ -10,19 +10,19 @@
 //! # Regimes and transitions
 //!
 //! ```text
-//!                 backoff > hold.backoffAbove and f > s_eff for hold.for
+//!                 backoff > hold.backoffAbove (*) for hold.for
 //!   Healthy ⇄ Backlogged ───────────────────────────────────► DependencyFailing (held)
 //!        ▲                                                        │      ▲
-//!        │ last stage dwelt, or backlog target reached            │      │ backoff > rampUp.abortAbove
-//!        │                                                        ▼      │ and f > s_eff (or hold evidence
-//!        └──────────────────────────── Recovering (staged ramp) ◄─┘──────┘  for hold.for)
+//!        │ last stage dwelt, or backlog target reached            │      │ backoff > rampUp.abortAbove (*)
+//!        │                                                        ▼      │ (or hold evidence for hold.for)
+//!        └──────────────────────────── Recovering (staged ramp) ◄─┘──────┘
 //!          release evidence for release.for: backoff < release.backoffBelow, or
 //!          f ≤ s_eff and backoff ≤ hold.backoffAbove with no backlog withheld or a floor
 //! ```
 //!
-//! `f` is the fleet's dependency failure rate and `s_eff` the workers' effective set point
-//! ([`FleetMetrics::effective_set_point`]); an unknown failure rate counts as above it (the
-//! backoff alone decides, as before workers exported it).
+//! (*) With a failure floor reported by the workers, only while `f > s_eff`. `f` is the fleet's
+//! dependency failure rate and `s_eff` the workers' effective set point
+//! ([`FleetMetrics::effective_set_point`]); an unknown failure rate counts as above it.
 //!
 //! * **Healthy / Backlogged**: HPA-like sizing from the queue ([`sizing`]): `Backlogged` when the
 //!   queue needs more than it gets. Scale-out is limited to `max(maxPods, maxPercent%)` per
@@ -371,21 +371,33 @@ impl Decider<'_> {
 
     /// Whether this observation is evidence for holding (the clock of `hold.for`,
     /// `status.tracking.aboveHoldSince`, runs while it is): the fleet backoff is above
-    /// `hold.backoffAbove` **and** the fleet failure rate is above the effective set point (or
-    /// unknown).
-    ///
-    /// The workers' integrators rise only while their failures exceed the set point, and near
-    /// it they drift back slowly (a pod left at a few permits by a burst completes a few
-    /// outcomes a second, each moving it by `(s − f)/((1 − s)N)`): after a burst of noise the
-    /// fleet backoff stays high for minutes while the failure rate is back under the set point.
-    /// A hold then protects nothing. An outage (failure rate far above the set point) and an
-    /// overload on its way to the workers' equilibrium (above it until the workers have backed
-    /// off) both show failures above it; an overload held at its equilibrium keeps a hold that
-    /// has started, because the release needs the backoff down (see
-    /// [`Self::release_evidence`]). With the load-independent failure floor in `s_eff`, pods
-    /// that back off while they learn the floor do not hold the fleet either.
+    /// `hold.backoffAbove`, and, where the workers report a failure floor, the fleet failure
+    /// rate is above the effective set point ([`Self::backoff_means_failure`]).
     pub(super) fn hold_evidence(&self, b: f64) -> bool {
-        b > self.eff.scaling.hold.backoff_above && self.failing_beyond_set_point()
+        b > self.eff.scaling.hold.backoff_above && self.backoff_means_failure()
+    }
+
+    /// Whether a fleet backoff above a threshold is evidence of a failing dependency: always,
+    /// unless the workers report a failure floor and the failure rate is at or below the
+    /// effective set point.
+    ///
+    /// With a floor, the pods that have not learned it yet (every pod a scale-out adds) back
+    /// off until they do, while the failure rate stays at the floor: their backoff says nothing
+    /// about the dependency, and holding or aborting a ramp on it latched scenario 7 of the
+    /// simulator for most of every hour. Without a floor the backoff is the workers' own verdict
+    /// and the failure rate cannot overrule it: an overload held at the workers' equilibrium
+    /// shows a failure rate at (on average a little under) the set point with the backoff high,
+    /// exactly like noise just under the set point after a burst, and fast workers reach that
+    /// equilibrium within seconds, before `hold.for` (requiring failures above the set point
+    /// there scaled scenario 11's fleet 8 → 17 into its quota overload).
+    fn backoff_means_failure(&self) -> bool {
+        let floor = self
+            .obs
+            .fleet
+            .sanitized()
+            .failure_floor
+            .is_some_and(|f0| f0 > 0.0);
+        !floor || self.failing_beyond_set_point()
     }
 
     /// Whether this observation is evidence for releasing a hold (the clock of `release.for`,
@@ -478,7 +490,7 @@ impl Decider<'_> {
             return self.stay_held(b, sizing, stabilized);
         }
         if let Some(ramp) = self.prev_ramp() {
-            if (b > s.ramp_up.abort_above && self.failing_beyond_set_point()) || hold_due {
+            if (b > s.ramp_up.abort_above && self.backoff_means_failure()) || hold_due {
                 return self.abort(ramp, b, above_for, sizing);
             }
             if let Some(t) = &self.tracking.above_hold_since {

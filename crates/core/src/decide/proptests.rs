@@ -175,12 +175,14 @@ proptest! {
     }
 
     /// With backoff noise strictly inside the hysteresis band, the regime changes at most once
-    /// (a ramp may complete, a hold may release once; nothing flaps). While the failure rate is
+    /// (a ramp may complete), or twice where a hold may release (a release, then the end of its
+    /// ramp); nothing flaps back. While the failure rate is
     /// above the set point (the dependency still failing) the band is between the release and
-    /// hold thresholds, and a hold never releases. While it is at or below the set point the
-    /// backoff alone is no evidence of failure (see `Decider::hold_evidence`): with any backoff
-    /// short of full, a healthy fleet never holds and a ramp is never aborted (a hold may be
-    /// released where it withholds nothing, see `Decider::release_evidence`).
+    /// hold thresholds, and a hold never releases. While the workers report a failure floor and
+    /// the failure rate is at or below the effective set point, the backoff alone is no evidence
+    /// of failure (see `Decider::hold_evidence`): with any backoff short of full, a healthy fleet
+    /// never holds and a ramp is never aborted (a hold may be released, see
+    /// `Decider::release_evidence`).
     #[test]
     fn no_flapping_between_thresholds(
         prefix in 0u8..3,
@@ -189,9 +191,10 @@ proptest! {
         replicas in 1i32..30,
         at_set_point in any::<bool>(),
     ) {
+        // At the set point: a floor of 10 % (s_eff = 0.145) and failures at 12 %.
         let (failure, noise): (f64, Vec<(f64, i64)>) = if at_set_point {
             let wide = |b: f64| 0.0501 + (b - 0.0501) * (0.95 - 0.0501) / (0.1999 - 0.0501);
-            (0.04, noise.into_iter().map(|(b, dt)| (wide(b), dt)).collect())
+            (0.12, noise.into_iter().map(|(b, dt)| (wide(b), dt)).collect())
         } else {
             (0.08, noise)
         };
@@ -222,6 +225,7 @@ proptest! {
         }
         w.queue(queue);
         w.failure_rate = Some(failure);
+        w.failure_floor = at_set_point.then_some(0.10);
         let mut regime = w.status.as_ref().unwrap().regime;
         let mut changes = Vec::new();
         for (b, dt) in noise {
@@ -231,7 +235,9 @@ proptest! {
                 regime = Some(d.regime);
             }
         }
-        prop_assert!(changes.len() <= 1, "{changes:#?}");
+        // A release may be followed by the end of its ramp; nothing goes back.
+        let most = if at_set_point { 2 } else { 1 };
+        prop_assert!(changes.len() <= most, "{changes:#?}");
         if prefix == 1 && !at_set_point {
             prop_assert!(changes.is_empty(), "a hold must not release: {changes:#?}");
         }

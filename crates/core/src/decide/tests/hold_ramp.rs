@@ -313,16 +313,18 @@ fn failure_floor_lets_a_backlog_scale_out() {
     assert!(d.reason.contains("deferred"), "{}", d.reason);
 }
 
-/// Issue 13: a backoff above the hold threshold is no evidence of failure while the failure
-/// rate is at or below the set point (a noisy fleet whose integrators have not drifted back
-/// yet): no hold, no deferral, the backlog scales out. The same backoff with failures above
-/// the set point holds after `hold.for`.
+/// Issue 13: with a failure floor, a backoff above the hold threshold is no evidence of failure
+/// while the failure rate is at or below the effective set point (pods that have not learned
+/// the floor yet): no hold, no deferral, the backlog scales out. The same backoff with failures
+/// above it holds after `hold.for`.
 #[test]
-fn backoff_without_failures_above_the_set_point_does_not_hold() {
+fn with_a_floor_backoff_without_failures_above_the_set_point_does_not_hold() {
     let mut w = World::new(defaults(), 8);
     w.queue = Queue::Backlog;
     w.backoff = Some(0.5);
-    w.failure_rate = Some(0.045);
+    w.failure_floor = Some(0.15);
+    // s_eff = 0.15 + 0.05 · 0.85 = 0.1925.
+    w.failure_rate = Some(0.16);
     let mut scaled = false;
     for dt in [0, 15, 15, 30, 30] {
         let d = w.step(dt);
@@ -332,11 +334,31 @@ fn backoff_without_failures_above_the_set_point_does_not_hold() {
     }
     assert!(scaled, "the backlog scales out");
 
-    w.failure_rate = Some(0.08);
+    w.failure_rate = Some(0.25);
     let d = w.step(15);
     assert_eq!(d.deferral, Some(Deferral::HoldPending), "{}", d.reason);
     let d = w.step(30);
     assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+}
+
+/// Without a failure floor the backoff alone is evidence: an overload held at the workers'
+/// equilibrium shows a failure rate at (even a little under) the set point with the backoff
+/// high, and must neither scale out nor fail to hold. (Requiring failures above the set point
+/// there let a fleet of fast workers, whose equilibrium comes within seconds, scale 8 → 17 into
+/// a quota overload in the simulator.)
+#[test]
+fn without_a_floor_an_overload_at_its_equilibrium_holds_on_the_backoff() {
+    let mut w = World::new(defaults(), 8);
+    w.queue = Queue::Backlog;
+    w.backoff = Some(0.35);
+    w.failure_rate = Some(0.048);
+    let mut held = false;
+    for dt in [0, 15, 15, 15, 30] {
+        let d = w.step(dt);
+        assert!(d.desired_replicas <= 8, "{}", d.reason);
+        held |= d.regime == Regime::DependencyFailing;
+    }
+    assert!(held, "holds after hold.for");
 }
 
 /// Issue 13: a hold that withholds nothing (no backlog waits for more pods) is released once
