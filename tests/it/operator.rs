@@ -81,7 +81,8 @@ async fn failures_at_the_fleet_failure_floor_let_a_backlog_scale_out() {
         }
     };
     w.fleet.set(failing_at(vec![None, None, None]));
-    w.apply(json!({})).await;
+    // No hold can start while the test looks: only the deferral and its end are at stake.
+    w.apply(json!({"scaling": {"hold": {"for": "10m"}}})).await;
     w.start_operator().await;
     let s = w
         .wait_status(Duration::from_secs(60), "scale-out deferred", |s| {
