@@ -341,6 +341,20 @@ fn with_a_floor_backoff_without_failures_above_the_set_point_does_not_hold() {
     assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
 }
 
+/// Steps 15 s at a time until the hold is released: within `release.for` plus a requeue.
+fn first_release(w: &mut World) -> Decision {
+    for _ in 0..8 {
+        let d = w.step(15);
+        if d.regime != Regime::DependencyFailing {
+            return d;
+        }
+    }
+    panic!(
+        "not released within release.for plus a requeue: {:?}",
+        w.status
+    );
+}
+
 /// Without a failure floor the backoff alone is evidence: an overload held at the workers'
 /// equilibrium shows a failure rate at (even a little under) the set point with the backoff
 /// high, and must neither scale out nor fail to hold. (Requiring failures above the set point
@@ -377,15 +391,7 @@ fn a_hold_releases_on_the_failure_rate_only_where_it_withholds_nothing() {
         assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
     }
     w.queue = Queue::Idle;
-    let mut released = None;
-    for _ in 0..8 {
-        let d = w.step(15);
-        if d.regime != Regime::DependencyFailing {
-            released = Some(d);
-            break;
-        }
-    }
-    let d = released.expect("released within release.for plus a requeue");
+    let d = first_release(&mut w);
     assert!(
         d.reason
             .contains("failure rate 4.5% ≤ set point 5.0% and fleet backoff 0.10 ≤ 0.20"),
@@ -412,15 +418,7 @@ fn with_a_failure_floor_a_hold_releases_while_a_backlog_waits() {
         d.reason
     );
     w.failure_floor = Some(0.15);
-    let mut released = None;
-    for _ in 0..8 {
-        let d = w.step(15);
-        if d.regime != Regime::DependencyFailing {
-            released = Some(d);
-            break;
-        }
-    }
-    let d = released.expect("released within release.for plus a requeue");
+    let d = first_release(&mut w);
     assert_eq!(d.regime, Regime::Recovering, "{}", d.reason);
     assert!(d.reason.contains("failure floor 15.0%"), "{}", d.reason);
 }
