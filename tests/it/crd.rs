@@ -45,6 +45,16 @@ async fn sample_is_accepted_listed_with_columns_and_status_is_writable() {
             desired: 8,
             recommended: 14,
         }),
+        conditions: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "Reconciled".into(),
+            message: "regime DependencyFailing: desired 8 replicas".into(),
+            observed_generation: created.metadata.generation,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
+        }]),
         ..Default::default()
     };
     let name = created.metadata.name.clone().unwrap();
@@ -81,6 +91,7 @@ async fn sample_is_accepted_listed_with_columns_and_status_is_writable() {
     for want in [
         "Name",
         "Target",
+        "Ready",
         "Regime",
         "Replicas",
         "Backoff",
@@ -97,6 +108,7 @@ async fn sample_is_accepted_listed_with_columns_and_status_is_writable() {
     assert_eq!(col("Target"), json!(wbp.spec.target_ref.name));
     assert_eq!(col("Regime"), json!("DependencyFailing"));
     assert_eq!(col("Replicas"), json!(8));
+    assert_eq!(col("Ready"), json!("True"));
 
     // The short name resolves through discovery, as `kubectl get wbp` does.
     let discovery = kube::discovery::Discovery::new(client.clone())

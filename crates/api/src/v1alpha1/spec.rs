@@ -35,6 +35,12 @@ use crate::duration::Duration;
         description = "The scaled workload"
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the last reconcile decided with metrics (the Ready condition)"
+    ),
+    printcolumn(
         name = "Mode",
         type_ = "string",
         json_path = ".spec.mode",
