@@ -45,16 +45,18 @@ async fn sample_is_accepted_listed_with_columns_and_status_is_writable() {
             desired: 8,
             recommended: 14,
         }),
-        conditions: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            reason: "Reconciled".into(),
-            message: "regime DependencyFailing: desired 8 replicas".into(),
-            observed_generation: created.metadata.generation,
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::now(),
-            ),
-        }]),
+        conditions: Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "Reconciled".into(),
+                message: "regime DependencyFailing: desired 8 replicas".into(),
+                observed_generation: created.metadata.generation,
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ),
+            },
+        ]),
         ..Default::default()
     };
     let name = created.metadata.name.clone().unwrap();
