@@ -87,8 +87,8 @@ pub fn clamp_for(
         stop_in("scale-out held while the dependency fails".to_owned())
     } else if decision.deferral == Some(Deferral::HoldPending) {
         let mut plan = stop_in(format!(
-            "hold pending: fleet backoff above {:.2} with failures above the set point, held \
-             once it stays there for {}s; scale-out deferred",
+            "hold pending: fleet backoff above {:.2}, held once it stays there for {}s; \
+             scale-out deferred",
             hold.backoff_above,
             hold.for_.as_secs()
         ));

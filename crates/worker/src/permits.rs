@@ -531,19 +531,10 @@ mod tests {
     use super::*;
     use crate::controller::Algorithm;
 
-    /// The library defaults without the startup ramp: a controller already running (these tests
-    /// are about other things than the ramp).
-    fn steady() -> Settings {
-        Settings {
-            initial_permits: 0,
-            ..Settings::default()
-        }
-    }
-
     fn plain_settings() -> Settings {
         Settings {
             credit: 0.0,
-            ..steady()
+            ..Settings::steady()
         }
     }
 
@@ -728,7 +719,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn apply_changes_settings_and_brake_at_runtime() {
         // Offset: 0.5 × brake_release / 2 = 15 s.
-        let gate = Gate::builder(controller::build(steady(), 1))
+        let gate = Gate::builder(controller::build(Settings::steady(), 1))
             .brake_jitter(0.5)
             .build();
         let cfg = WorkerConfig {
@@ -802,10 +793,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_waiting_worker_wakes_up_as_the_brake_lifts() {
-        let gate = Gate::builder(controller::build(steady(), 1))
+        let gate = Gate::builder(controller::build(Settings::steady(), 1))
             .brake_jitter(0.0)
             .build();
-        let settings = steady();
+        let settings = Settings::steady();
         let full = BrakeConfig {
             min_backoff: 1.0,
             expires_at_unix: Some(1_000 + 10),

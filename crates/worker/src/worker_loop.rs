@@ -475,15 +475,6 @@ mod tests {
     use super::*;
     use crate::controller::{self, Mode, Nanos, Settings};
 
-    /// The library defaults without the startup ramp: a controller already running (these tests
-    /// are about other things than the ramp).
-    fn steady() -> Settings {
-        Settings {
-            initial_permits: 0,
-            ..Settings::default()
-        }
-    }
-
     /// A dependency that fails while `down` is set, with a small processing time.
     struct Dependency {
         down: std::sync::atomic::AtomicBool,
@@ -519,7 +510,7 @@ mod tests {
             concurrent: AtomicU32::new(0),
             peak: AtomicU32::new(0),
         });
-        let gate = Gate::new(controller::build(steady(), 3));
+        let gate = Gate::new(controller::build(Settings::steady(), 3));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let worker = WorkerLoop::new(source.clone(), dep.clone(), gate.clone())
             .max_batch(4)
@@ -580,7 +571,7 @@ mod tests {
         let source = Arc::new(MemorySource::new(5, Duration::from_millis(10)));
         source.push(1);
         let handler = Arc::new(AlwaysFails(Mutex::new(Vec::new())));
-        let gate = Gate::new(controller::build(steady(), 3));
+        let gate = Gate::new(controller::build(Settings::steady(), 3));
         let backoff = RedeliveryBackoff {
             base: Duration::from_secs(30),
             max: Duration::from_secs(100),
@@ -653,7 +644,7 @@ mod tests {
         let source = Arc::new(MemorySource::new(3, Duration::from_millis(10)));
         source.push(1);
         let handler = Arc::new(AlwaysFails(Mutex::new(Vec::new())));
-        let gate = Gate::new(controller::build(steady(), 3));
+        let gate = Gate::new(controller::build(Settings::steady(), 3));
         let worker = WorkerLoop::new(source.clone(), handler.clone(), gate).no_redelivery_backoff();
         worker.run(tokio::time::sleep(Duration::from_secs(1))).await;
         let seen = handler.0.lock().unwrap().clone();
@@ -673,7 +664,7 @@ mod tests {
             concurrent: AtomicU32::new(0),
             peak: AtomicU32::new(0),
         });
-        let gate = Gate::new(controller::build(steady(), 3));
+        let gate = Gate::new(controller::build(Settings::steady(), 3));
         let worker = WorkerLoop::new(source.clone(), dep, gate.clone());
         let stats = worker
             .run(tokio::time::sleep(Duration::from_millis(1)))

@@ -28,8 +28,9 @@
 //!   queue needs more than it gets. Scale-out is limited to `max(maxPods, maxPercent%)` per
 //!   `scaleUp.period`, scale-in to `scaleDown.maxPercent` per `scaleDown.period` and to the
 //!   highest recommendation of the `scaleDown.stabilization` window. While the evidence for a
-//!   hold (backoff above `hold.backoffAbove`, failure rate above `s_eff`) has not lasted
-//!   `hold.for` yet, scale-out is deferred (the regime does not change yet).
+//!   hold (backoff above `hold.backoffAbove`; with a floor, also the failure rate above
+//!   `s_eff`) has not lasted `hold.for` yet, scale-out is deferred (the regime does not change
+//!   yet).
 //! * **DependencyFailing**: the hold (`Decider::hold_evidence` and `Decider::release_evidence`
 //!   for why the failure rate takes part). No scale-out (no scale-in either unless
 //!   `hold.allowScaleIn`). `status.replicas.recommended` shows what a backlog-only autoscaler
@@ -227,9 +228,9 @@ pub struct DecisionEvent {
 /// sizing wants no scale-out: the guarded autoscaler sizes from its own metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deferral {
-    /// The fleet backoff is above `hold.backoffAbove` with the failure rate above the effective
-    /// set point, not yet for `hold.for`: no scale-out, and no scale-in unless
-    /// `hold.allowScaleIn`.
+    /// The fleet backoff is above `hold.backoffAbove` (where the workers report a failure
+    /// floor, with the failure rate above the effective set point), not yet for `hold.for`: no
+    /// scale-out, and no scale-in unless `hold.allowScaleIn`.
     HoldPending,
     /// The dependency failure rate is above the workers' set point: no scale-out (scale-in
     /// goes on).
@@ -422,8 +423,10 @@ impl Decider<'_> {
     /// dependency recovering from an outage or an overload is recovered only when the workers
     /// stop throttling (with the failure rate as evidence there, the simulator's gradual
     /// recovery released while capacity was still returning and its peak load after recovery
-    /// rose above 1.1x). Hysteresis stays: the hold needs the backoff above
-    /// `hold.backoffAbove` with the failure rate above the set point for `hold.for`.
+    /// rose above 1.1x). Hysteresis stays: a hold needs the backoff above `hold.backoffAbove`
+    /// for `hold.for` (with a floor, and the failure rate above the effective set point), a
+    /// release needs it at or below that with the failure rate at or below the set point, or
+    /// below `release.backoffBelow`, for `release.for`.
     fn release_evidence(&self, b: f64, sizing: &Sizing) -> bool {
         let s = &self.eff.scaling;
         let fleet = self.obs.fleet.sanitized();

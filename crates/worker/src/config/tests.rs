@@ -17,18 +17,9 @@ use super::token::{Identity, TokenVerifier, VerifyError};
 use super::*;
 use crate::controller::{self, Algorithm, Nanos};
 
-/// The library defaults without the startup ramp: a controller already running (these tests
-/// are about other things than the ramp).
-fn steady() -> Settings {
-    Settings {
-        initial_permits: 0,
-        ..Settings::default()
-    }
-}
-
 fn state() -> (ConfigState, Gate, Metrics) {
     let metrics = Metrics::new("w");
-    let gate = Gate::builder(controller::build(steady(), 1))
+    let gate = Gate::builder(controller::build(Settings::steady(), 1))
         .metrics(metrics.clone())
         .build();
     let state = ConfigState::new(gate.clone(), WorkerConfig::default(), Some(metrics.clone()));
@@ -116,7 +107,7 @@ async fn library_knobs_survive_a_push() {
         controller::Settings {
             credit: 0.25,
             health_check_probes: true,
-            ..steady()
+            ..Settings::steady()
         },
         1,
     ));

@@ -403,6 +403,18 @@ pub struct Settings {
     pub redelivery: Option<(Nanos, Nanos)>,
 }
 
+#[cfg(test)]
+impl Settings {
+    /// The defaults without the startup ramp (`initial_permits` 0): a controller at full
+    /// permits from its first outcome, for the tests that are not about starting up.
+    pub(crate) fn steady() -> Self {
+        Settings {
+            initial_permits: 0,
+            ..Settings::default()
+        }
+    }
+}
+
 /// Default [`Settings::brake_release`]: a full brake lifts over a minute (and the fleet over
 /// up to 90 s, with the per-pod offsets).
 pub const DEFAULT_BRAKE_RELEASE: Nanos = Nanos::from_secs(d::BRAKE_RELEASE.as_secs());

@@ -9,22 +9,13 @@ use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 
 use super::*;
 
-/// The library defaults without the startup ramp: a controller already running (these tests
-/// are about other things than the ramp).
-fn steady() -> Settings {
-    Settings {
-        initial_permits: 0,
-        ..Settings::default()
-    }
-}
-
 fn settings(max_permits: u32, set_point: f64, reaction: u32) -> Settings {
     Settings {
         algorithm: Algorithm::SetPoint,
         set_point,
         reaction,
         max_permits,
-        ..steady()
+        ..Settings::steady()
     }
 }
 
@@ -199,7 +190,7 @@ fn startup_ends_when_the_integrator_limits_more_than_the_window() {
 #[test]
 fn startup_is_on_by_default_and_ends_on_carry_over_or_a_smaller_max() {
     assert_eq!(SetPoint::new(Settings::default(), 1).mode(), Mode::Starting);
-    assert_eq!(SetPoint::new(steady(), 1).mode(), Mode::Normal);
+    assert_eq!(SetPoint::new(Settings::steady(), 1).mode(), Mode::Normal);
     assert_eq!(starting(16, 16).mode(), Mode::Normal);
     assert_eq!(starting(16, 0).mode(), Mode::Normal);
     let mut c = starting(16, 2);
@@ -248,7 +239,7 @@ fn message_failures_never_drive_backoff() {
         let mut c = build(
             Settings {
                 algorithm,
-                ..steady()
+                ..Settings::steady()
             },
             3,
         );
@@ -435,7 +426,7 @@ fn health_check_replaces_message_probes() {
 
 #[test]
 fn brake_is_a_minimum_backoff_until_it_expires() {
-    let mut c = build(steady(), 1);
+    let mut c = build(Settings::steady(), 1);
     let until = T0 + Nanos::from_secs(30);
     c.set_brake(Some(Brake {
         min_backoff: 0.5,
@@ -460,14 +451,14 @@ fn brake_is_a_minimum_backoff_until_it_expires() {
     let mut fixed = build(
         Settings {
             algorithm: Algorithm::Fixed,
-            ..steady()
+            ..Settings::steady()
         },
         1,
     );
     let mut off = build(
         Settings {
             algorithm: Algorithm::Off,
-            ..steady()
+            ..Settings::steady()
         },
         1,
     );
@@ -511,7 +502,7 @@ fn lifting(min_backoff: f64, until: Option<Nanos>, offset: u64) -> Brake {
 #[test]
 fn an_expiring_brake_lifts_gently_after_this_pods_offset() {
     let brake = lifting(1.0, Some(secs(10)), 20);
-    let mut c = build(steady(), 1);
+    let mut c = build(Settings::steady(), 1);
     c.set_brake(Some(brake));
     let permits = |c: &mut Box<dyn Controller>, t: u64| c.permits(secs(t), 0);
     assert_eq!(permits(&mut c, 0), 0);
@@ -531,7 +522,7 @@ fn an_expiring_brake_lifts_gently_after_this_pods_offset() {
     assert_eq!(c.backoff(secs(90)), 0.0);
     assert_eq!(c.next_change(secs(90)), None);
     // Another pod (another offset) lifts at another moment: no common step.
-    let mut other = build(steady(), 1);
+    let mut other = build(Settings::steady(), 1);
     other.set_brake(Some(lifting(1.0, Some(secs(10)), 5)));
     assert_eq!(other.permits(secs(30), 0), 4);
     assert_eq!(c.permits(secs(30), 0), 0);
@@ -609,7 +600,7 @@ fn reconfigure_keeps_state_and_algorithm_change_carries_backoff() {
     let mut c = build(
         Settings {
             credit: 0.0,
-            ..steady()
+            ..Settings::steady()
         },
         1,
     );
@@ -623,7 +614,7 @@ fn reconfigure_keeps_state_and_algorithm_change_carries_backoff() {
         T0,
         Settings {
             max_permits: 32,
-            ..steady()
+            ..Settings::steady()
         },
         1,
         None,
@@ -636,21 +627,21 @@ fn reconfigure_keeps_state_and_algorithm_change_carries_backoff() {
         T0,
         Settings {
             algorithm: Algorithm::Fixed,
-            ..steady()
+            ..Settings::steady()
         },
         1,
         None,
     );
     assert_eq!(c.algorithm(), Algorithm::Fixed);
     assert_eq!(c.backoff(T0), 0.0);
-    let mut sp = build(steady(), 1);
+    let mut sp = build(Settings::steady(), 1);
     for _ in 0..50 {
         sp.record(T0, Outcome::DependencyFailure);
     }
     let mut c2 = build(
         Settings {
             algorithm: Algorithm::Fixed,
-            ..steady()
+            ..Settings::steady()
         },
         1,
     );
@@ -659,7 +650,7 @@ fn reconfigure_keeps_state_and_algorithm_change_carries_backoff() {
         until: None,
         ..Brake::default()
     }));
-    apply_settings(&mut c2, T0, steady(), 1, c2_brake());
+    apply_settings(&mut c2, T0, Settings::steady(), 1, c2_brake());
     assert_eq!(c2.algorithm(), Algorithm::SetPoint);
     assert_eq!(c2.backoff(T0), 0.25, "carried from Fixed under brake");
 }
@@ -678,7 +669,7 @@ fn same_seed_same_probe_schedule() {
         let mut c = SetPoint::new(
             Settings {
                 credit: 0.0,
-                ..steady()
+                ..Settings::steady()
             },
             seed,
         );
@@ -715,7 +706,7 @@ fn from_config_uses_the_wire_knobs() {
 
 #[test]
 fn ratio_throttle_backs_off_probes_and_forgets_after_the_window() {
-    let mut c = RatioThrottle::new(steady(), 5);
+    let mut c = RatioThrottle::new(Settings::steady(), 5);
     let mut now = T0;
     for _ in 0..200 {
         c.record(now, Outcome::DependencyFailure);

@@ -129,7 +129,7 @@ proptest! {
             max_permits,
             set_point,
             reaction,
-            ..steady()
+            ..Settings::steady()
         }, seed);
         let mut now = Nanos::from_secs(1);
         let mut in_flight = 0u32;
@@ -370,7 +370,7 @@ proptest! {
             algorithm,
             max_permits,
             credit: 0.0,
-            ..steady()
+            ..Settings::steady()
         }, seed);
         let mut now = Nanos::from_secs(1);
         back_off_fully(c.as_mut(), now);
