@@ -462,7 +462,9 @@ pub struct ScalingSpec {
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct HoldSpec {
-    /// Fleet backoff above which scale-out is held. Defaults to 0.2.
+    /// Fleet backoff above which scale-out is held. Where the workers report a failure floor
+    /// (failures that do not respond to load), the fleet failure rate must also be above their
+    /// effective set point. Defaults to 0.2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("backoffAbove must be greater than 0 and at most 1"))]
     pub backoff_above: Option<f64>,
@@ -479,12 +481,14 @@ pub struct HoldSpec {
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseSpec {
-    /// Fleet backoff below which a hold may end. Must be below `hold.backoffAbove`.
-    /// Defaults to 0.05.
+    /// Fleet backoff below which a hold may end. A hold also ends with the backoff at or below
+    /// `hold.backoffAbove` and the fleet failure rate at or below the workers' effective set
+    /// point, where no backlog waits for the withheld pods or the workers report a failure
+    /// floor. Must be below `hold.backoffAbove`. Defaults to 0.05.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0.0 && self < 1.0").message("backoffBelow must be at least 0 and less than 1"))]
     pub backoff_below: Option<f64>,
-    /// How long backoff must stay below the threshold. Defaults to 60s.
+    /// How long the evidence for a release must last. Defaults to 60s.
     #[serde(rename = "for", default, skip_serializing_if = "Option::is_none")]
     pub for_: Option<Duration>,
 }
