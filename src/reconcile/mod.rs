@@ -340,7 +340,8 @@ pub async fn config_step(
             &wire::admin_server_name(ns, &eff.metrics.workload),
             token,
             &*ctx.metrics,
-            quiet,
+            // Metrics-only workers (`spec.worker.push: Disabled`) take no pushes.
+            quiet || !eff.worker.push,
         )
         .await;
     let mut notes = Vec::new();

@@ -109,6 +109,65 @@ async fn failures_at_the_fleet_failure_floor_let_a_backlog_scale_out() {
     assert_ne!(s.regime, Some(Regime::DependencyFailing), "{s:?}");
 }
 
+/// Issue 16, metrics-only workers: with `spec.worker.push: Disabled` the fleet is scaled out for
+/// a backlog and held while the dependency fails like any other, the pods' admin servers never
+/// receive a config, and `ConfigInSync` says `NotManaged` (not a `ConfigPushFailed` forever).
+#[tokio::test]
+async fn metrics_only_workers_are_scaled_and_held_with_no_push() {
+    let _serial = serial().await;
+    let mut w = World::builder("metricsonly")
+        .replicas(2)
+        .pods(2)
+        .start()
+        .await;
+    let before: Vec<String> = w.pods.iter().map(|p| p.running().hash).collect();
+    w.fleet.set(backlog);
+    // A setting the pods do not run yet: a push would change their config.
+    w.apply(json!({"worker": {"push": "Disabled", "maxPermits": 7}}))
+        .await;
+    w.start_operator().await;
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while w.replicas().await <= 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no scale-out for the backlog: {:?}\n{}",
+            w.status().await,
+            w.operator().log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let s = w
+        .wait_status(Duration::from_secs(30), "ConfigInSync NotManaged", |s| {
+            condition(s, "ConfigInSync").is_some_and(|c| c.reason == "NotManaged")
+        })
+        .await;
+    assert_eq!(
+        condition(&s, "ConfigInSync").map(|c| c.status.as_str()),
+        Some("Unknown"),
+        "{s:?}"
+    );
+
+    w.fleet.set(failing);
+    w.wait_status(Duration::from_secs(60), "held", |s| {
+        s.regime == Some(Regime::DependencyFailing)
+    })
+    .await;
+
+    let s = w.status().await;
+    let after: Vec<String> = w.pods.iter().map(|p| p.running().hash).collect();
+    assert_eq!(
+        after, before,
+        "a metrics-only worker received a config: {s:?}"
+    );
+    assert_eq!(s.config.as_ref().map(|c| c.pods_in_sync), Some(0), "{s:?}");
+    assert!(
+        w.event("ConfigPushFailed").await.is_none(),
+        "{}",
+        w.operator().log()
+    );
+}
+
 #[tokio::test]
 async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_spike() {
     let _serial = serial().await;

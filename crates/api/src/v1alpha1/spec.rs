@@ -257,6 +257,25 @@ pub struct WorkerSpec {
     /// with its receive count, instead of waiting out the queue's visibility timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redelivery: Option<RedeliverySpec>,
+
+    /// `Disabled` for metrics-only workers: workers that export the backpressure metrics but
+    /// take no config pushes (no admin endpoint, or a worker in another language without the
+    /// config receiver). The operator reads their metrics, scales and holds as for any fleet,
+    /// pushes nothing and mints no push token, and `ConfigInSync` says `NotManaged`; the
+    /// worker ConfigMap is still written for pods that read it from a file. Defaults to
+    /// `Enabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<ConfigPush>,
+}
+
+/// Whether the operator pushes the worker config to the pods (`spec.worker.push`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConfigPush {
+    /// Push the config to every ready pod's admin endpoint (the default).
+    #[default]
+    Enabled,
+    /// Push nothing: the workers are metrics-only.
+    Disabled,
 }
 
 /// The redelivery backoff: a message whose k-th delivery failed is visible again

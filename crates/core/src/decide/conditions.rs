@@ -346,6 +346,16 @@ impl Decider<'_> {
         }
 
         match &self.obs.config {
+            // Metrics-only workers take no config: nothing to be in sync with, and nothing
+            // to alert on.
+            Some(_) if !eff.worker.push => b.set(
+                cond::CONFIG_IN_SYNC,
+                Status::Unknown,
+                "NotManaged",
+                "spec.worker.push is Disabled: the workers take no config pushes; the operator \
+                 reads their metrics only"
+                    .into(),
+            ),
             // Nothing is pushed in DryRun: the pods keep whatever they run, which is not a
             // fault to alert on (ConfigOutOfSync counts `False` only).
             Some(cfg) if eff.dry_run => b.set(

@@ -202,6 +202,8 @@ pub struct EffectiveWorker {
     pub floor_max: Option<f64>,
     /// Redelivery backoff `(base, max)` (base 0: off); `None`: the library default.
     pub redelivery: Option<(Duration, Duration)>,
+    /// Whether the config is pushed to the pods (`false`: metrics-only workers).
+    pub push: bool,
 }
 
 /// Resolved `spec.metrics`.

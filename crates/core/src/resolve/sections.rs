@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use backpressure_api::defaults as d;
 use backpressure_api::v1alpha1::{
-    Algorithm, FallbackPolicy, Mode, QueryOverrides, WorkerBackpressureSpec,
+    Algorithm, ConfigPush, FallbackPolicy, Mode, QueryOverrides, WorkerBackpressureSpec,
 };
 use k8s_openapi::jiff::Timestamp;
 
@@ -81,6 +81,7 @@ pub(super) fn worker(r: &mut Resolver<'_>) -> EffectiveWorker {
         );
     }
     let (initial_permits, ratio_window, brake_release, floor_max, redelivery) = worker_extras(r);
+    let push = r.value("worker.push", |l| l.worker?.push, ConfigPush::Enabled);
     EffectiveWorker {
         algorithm: algorithm.value,
         set_point: set_point.value,
@@ -93,6 +94,7 @@ pub(super) fn worker(r: &mut Resolver<'_>) -> EffectiveWorker {
         brake_release,
         floor_max,
         redelivery,
+        push: push.value == ConfigPush::Enabled,
     }
 }
 

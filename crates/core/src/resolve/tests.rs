@@ -750,3 +750,28 @@ fn optional_worker_settings_out_of_range_name_the_field() {
         "{err}"
     );
 }
+
+/// Issue 16: `spec.worker.push` (metrics-only workers) resolves like the other worker fields,
+/// object over policy over the default (`Enabled`), and stays out of the payload: the hash of
+/// the config the workers would run does not change with it.
+#[test]
+fn worker_push_resolves_by_precedence_and_stays_out_of_the_payload() {
+    let eff = resolve(&spec(), &inputs(&[]), now()).unwrap();
+    assert!(eff.worker.push, "pushes by default");
+    let pushed = render_worker_config(&eff, 1).with_hash();
+
+    let policies = vec![policy(
+        "metrics-only",
+        None,
+        serde_json::from_value(serde_json::json!({"defaults": {"worker": {"push": "Disabled"}}}))
+            .unwrap(),
+    )];
+    let eff = resolve(&spec(), &inputs(&policies), now()).unwrap();
+    assert!(!eff.worker.push, "the policy's default applies");
+    assert_eq!(render_worker_config(&eff, 1).with_hash().hash, pushed.hash);
+
+    let mut s = spec();
+    s.worker = Some(serde_json::from_value(serde_json::json!({"push": "Enabled"})).unwrap());
+    let eff = resolve(&s, &inputs(&policies), now()).unwrap();
+    assert!(eff.worker.push, "the object wins over the policy");
+}

@@ -115,6 +115,32 @@ fn config_not_pushed_in_dry_run_is_unknown_not_out_of_sync() {
     assert!(c.message.contains("0 of 8 ready pods"), "{}", c.message);
 }
 
+/// Issue 16: metrics-only workers (`spec.worker.push: Disabled`) are not managed: `ConfigInSync`
+/// is `Unknown` with reason `NotManaged`, never `False` (nothing to alert on).
+#[test]
+fn config_of_metrics_only_workers_is_not_managed() {
+    let mut eff = defaults();
+    eff.worker.push = false;
+    let mut w = World::new(eff, 8);
+    w.config = Some(ConfigStatus {
+        hash: "9f2c1a".into(),
+        pods_in_sync: 0,
+        pods_total: 8,
+        ..Default::default()
+    });
+    let d = w.step(15);
+    let c = condition(&d.status, cond::CONFIG_IN_SYNC);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("Unknown", "NotManaged")
+    );
+    assert!(
+        c.message.contains("spec.worker.push is Disabled"),
+        "{}",
+        c.message
+    );
+}
+
 #[test]
 fn policy_overrides_are_reported_once() {
     let mut eff = defaults();
