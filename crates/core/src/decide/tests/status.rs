@@ -95,10 +95,8 @@ fn config_in_sync_condition() {
     assert_eq!(condition(&d2.status, cond::CONFIG_IN_SYNC), c);
 }
 
-#[test]
-fn config_not_pushed_in_dry_run_is_unknown_not_out_of_sync() {
-    let mut eff = defaults();
-    eff.dry_run = true;
+/// The `ConfigInSync` condition of `eff` with none of 8 ready pods running the config.
+fn config_none_in_sync(eff: Effective) -> Condition {
     let mut w = World::new(eff, 8);
     w.config = Some(ConfigStatus {
         hash: "9f2c1a".into(),
@@ -106,8 +104,14 @@ fn config_not_pushed_in_dry_run_is_unknown_not_out_of_sync() {
         pods_total: 8,
         ..Default::default()
     });
-    let d = w.step(15);
-    let c = condition(&d.status, cond::CONFIG_IN_SYNC);
+    condition(&w.step(15).status, cond::CONFIG_IN_SYNC).clone()
+}
+
+#[test]
+fn config_not_pushed_in_dry_run_is_unknown_not_out_of_sync() {
+    let mut eff = defaults();
+    eff.dry_run = true;
+    let c = config_none_in_sync(eff);
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("Unknown", "NotPushed")
@@ -121,15 +125,7 @@ fn config_not_pushed_in_dry_run_is_unknown_not_out_of_sync() {
 fn config_of_metrics_only_workers_is_not_managed() {
     let mut eff = defaults();
     eff.worker.push = false;
-    let mut w = World::new(eff, 8);
-    w.config = Some(ConfigStatus {
-        hash: "9f2c1a".into(),
-        pods_in_sync: 0,
-        pods_total: 8,
-        ..Default::default()
-    });
-    let d = w.step(15);
-    let c = condition(&d.status, cond::CONFIG_IN_SYNC);
+    let c = config_none_in_sync(eff);
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("Unknown", "NotManaged")
