@@ -95,16 +95,12 @@ async fn failures_at_the_fleet_failure_floor_let_a_backlog_scale_out() {
 
     // One pod still learning (NaN) must not pull the fleet's floor to 0.
     w.fleet.set(failing_at(vec![Some(0.15), None, Some(0.15)]));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while w.replicas().await <= 3 {
-        assert!(
-            Instant::now() < deadline,
-            "no scale-out at failures on the floor: {:?}\n{}",
-            w.status().await,
-            w.operator().log()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    w.wait_for(
+        Duration::from_secs(60),
+        "scale-out at failures on the floor",
+        || async { (w.replicas().await > 3).then_some(()) },
+    )
+    .await;
     let s = w.status().await;
     assert_ne!(s.regime, Some(Regime::DependencyFailing), "{s:?}");
 }
@@ -127,16 +123,12 @@ async fn metrics_only_workers_are_scaled_and_held_with_no_push() {
         .await;
     w.start_operator().await;
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while w.replicas().await <= 2 {
-        assert!(
-            Instant::now() < deadline,
-            "no scale-out for the backlog: {:?}\n{}",
-            w.status().await,
-            w.operator().log()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    w.wait_for(
+        Duration::from_secs(60),
+        "scale-out for the backlog",
+        || async { (w.replicas().await > 2).then_some(()) },
+    )
+    .await;
     let s = w
         .wait_status(Duration::from_secs(30), "ConfigInSync NotManaged", |s| {
             condition(s, "ConfigInSync").is_some_and(|c| c.reason == "NotManaged")
@@ -149,10 +141,8 @@ async fn metrics_only_workers_are_scaled_and_held_with_no_push() {
     );
 
     w.fleet.set(failing);
-    w.wait_status(Duration::from_secs(60), "held", |s| {
-        s.regime == Some(Regime::DependencyFailing)
-    })
-    .await;
+    w.wait_regime(Regime::DependencyFailing, Duration::from_secs(60))
+        .await;
 
     let s = w.status().await;
     let after: Vec<String> = w.pods.iter().map(|p| p.running().hash).collect();
