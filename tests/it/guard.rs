@@ -124,6 +124,21 @@ impl Guarded {
         .await
     }
 
+    /// Waits (10 s) until `GuardApplied` has `reason` and returns the status.
+    async fn wait_guard_applied(&self, reason: &str) -> WorkerBackpressureStatus {
+        self.wait_guarded(
+            Duration::from_secs(10),
+            &format!("GuardApplied {reason}"),
+            || async {
+                let s = self.status().await;
+                condition(&s, "GuardApplied")
+                    .is_some_and(|c| c.reason == reason)
+                    .then_some(s)
+            },
+        )
+        .await
+    }
+
     /// Waits until the autoscaler satisfies `pred` and returns it.
     async fn wait_autoscaler(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         self.wait_guarded(Duration::from_secs(40), what, || async {
@@ -522,18 +537,7 @@ async fn scaled_object_pause_annotation_and_ceiling_are_restored_exactly() {
         annotation(&held, "autoscaling.keda.sh/paused-scale-in"),
         Some("true")
     );
-    let s = w
-        .wait_guarded(
-            Duration::from_secs(10),
-            "GuardApplied ScalingDisabled",
-            || async {
-                let s = w.status().await;
-                condition(&s, "GuardApplied")
-                    .is_some_and(|c| c.reason == "ScalingDisabled")
-                    .then_some(s)
-            },
-        )
-        .await;
+    let s = w.wait_guard_applied("ScalingDisabled").await;
     assert!(
         condition(&s, "GuardApplied")
             .unwrap()
@@ -626,18 +630,7 @@ async fn hpa_is_clamped_while_the_hold_is_pending_and_while_failures_exceed_the_
         select_policies(a) == (json!("Disabled"), json!("Disabled"))
     })
     .await;
-    let s = w
-        .wait_guarded(
-            Duration::from_secs(10),
-            "GuardApplied ScalingDisabled",
-            || async {
-                let s = w.status().await;
-                condition(&s, "GuardApplied")
-                    .is_some_and(|c| c.reason == "ScalingDisabled")
-                    .then_some(s)
-            },
-        )
-        .await;
+    let s = w.wait_guard_applied("ScalingDisabled").await;
     assert_ne!(s.regime, Some(Regime::DependencyFailing), "{s:?}");
     assert_eq!(
         condition(&s, "ScaleOutHeld").map(|c| (c.status.as_str(), c.reason.as_str())),
@@ -715,18 +708,7 @@ async fn scaled_object_pauses_scale_in_while_held_unless_allowed() {
             && annotation(a, KEDA_PAUSED_SCALE_IN).is_none()
     })
     .await;
-    let s = w
-        .wait_guarded(
-            Duration::from_secs(10),
-            "GuardApplied ScaleOutDisabled",
-            || async {
-                let s = w.status().await;
-                condition(&s, "GuardApplied")
-                    .is_some_and(|c| c.reason == "ScaleOutDisabled")
-                    .then_some(s)
-            },
-        )
-        .await;
+    let s = w.wait_guard_applied("ScaleOutDisabled").await;
     assert_eq!(s.regime, Some(Regime::DependencyFailing));
 
     // Deleted while held: exactly the original.

@@ -4,6 +4,8 @@
 #![cfg(feature = "kube")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +15,7 @@ use backpressure_envtest::TestEnv;
 use backpressure_worker::config::ConfigState;
 use backpressure_worker::config::admin::{Admin, FailureLimit};
 use backpressure_worker::config::token::{TokenReviewVerifier, service_account_username};
-use backpressure_worker::controller;
 use backpressure_worker::metrics::Metrics;
-use backpressure_worker::permits::Gate;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -107,15 +107,7 @@ async fn pushes_are_authenticated_with_token_review() {
 
     // The worker, with its admin server on loopback.
     let metrics = Metrics::new("export-worker");
-    let gate = Gate::builder(controller::build(
-        controller::Settings {
-            initial_permits: 0, // running already: not a test of the startup ramp
-            ..controller::Settings::default()
-        },
-        1,
-    ))
-    .metrics(metrics.clone())
-    .build();
+    let gate = common::running_gate(&metrics);
     let state = ConfigState::new(gate.clone(), WorkerConfig::default(), Some(metrics.clone()));
     let admin = Admin::new(state.clone(), Some(metrics))
         .with_verifier(

@@ -5,12 +5,13 @@
 //! five times and must be zero in at least one round, and far below one per call in every round.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::alloc::System;
 
 use backpressure_api::v1alpha1::Algorithm;
 use backpressure_worker::controller::{self, Nanos, Outcome, Settings};
 use backpressure_worker::metrics::Metrics;
-use backpressure_worker::permits::Gate;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
@@ -72,15 +73,7 @@ fn hot_path_does_not_allocate() {
     }
 
     let metrics = Metrics::new("w");
-    let gate = Gate::builder(controller::build(
-        controller::Settings {
-            initial_permits: 0, // running already: not a test of the startup ramp
-            ..controller::Settings::default()
-        },
-        1,
-    ))
-    .metrics(metrics.clone())
-    .build();
+    let gate = common::running_gate(&metrics);
     let mut calls = 0u64;
     assert_no_alloc("gate", || {
         for _ in 0..CALLS {
