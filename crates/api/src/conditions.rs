@@ -22,14 +22,17 @@ pub const POLICY_LIMITED: &str = "PolicyLimited";
 /// Guard mode only: the guarded HPA or ScaledObject carries the clamp the decision asks for
 /// (or its original settings when nothing is clamped).
 pub const GUARD_APPLIED: &str = "GuardApplied";
+/// With `spec.producers` only: the producers are paused, throttled or resuming (True), or
+/// open (False); the reason is the state.
+pub const PRODUCERS_THROTTLED: &str = "ProducersThrottled";
 /// kstatus: the object is still being worked on.
 pub const RECONCILING: &str = "Reconciling";
 /// kstatus: the object cannot make progress without a change.
 pub const STALLED: &str = "Stalled";
 
 /// Every condition type the operator manages on a WorkerBackpressure, in the order written.
-/// `GuardApplied` is present in Guard mode only.
-pub const ALL: [&str; 8] = [
+/// `GuardApplied` is present in Guard mode only, `ProducersThrottled` with `spec.producers`.
+pub const ALL: [&str; 9] = [
     READY,
     DEPENDENCY_HEALTHY,
     SCALE_OUT_HELD,
@@ -38,4 +41,5 @@ pub const ALL: [&str; 8] = [
     CONFIG_IN_SYNC,
     POLICY_LIMITED,
     GUARD_APPLIED,
+    PRODUCERS_THROTTLED,
 ];

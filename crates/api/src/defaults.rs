@@ -85,3 +85,8 @@ pub const RAMP_STAGES: [i32; 4] = [25, 50, 75, 100];
 pub const RAMP_DWELL: Duration = Duration::from_secs(60);
 /// Default ramp abort threshold on fleet backoff.
 pub const RAMP_ABORT_ABOVE: f64 = 0.2;
+
+/// Default time producers stay paused or throttled before resuming.
+pub const PRODUCER_PAUSE_DWELL: Duration = Duration::from_secs(60);
+/// Default time at each step of the way back to open producers.
+pub const PRODUCER_RESUME_DWELL: Duration = Duration::from_secs(60);

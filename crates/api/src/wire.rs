@@ -29,6 +29,12 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+mod producer;
+pub use producer::{
+    GateState, MAX_RETRY_AFTER_MS, PRODUCER_FILE_NAME, PRODUCER_PATH, PRODUCER_WIRE_VERSION,
+    ProducerConfig,
+};
+
 use crate::v1alpha1::Algorithm;
 
 /// Version of this contract, carried in every payload.
@@ -121,6 +127,20 @@ pub mod metrics {
     pub const QUEUE_COMPLETIONS_TOTAL: &str = "backpressure_queue_completions_total";
     /// Counter: messages moved to the dead-letter queue.
     pub const QUEUE_DEAD_LETTERS_TOTAL: &str = "backpressure_queue_dead_letters_total";
+
+    /// Counter (producer pods): messages the producer gate admitted.
+    pub const PRODUCER_ADMITTED_TOTAL: &str = "backpressure_producer_admitted_total";
+    /// Counter (producer pods): admissions refused by the gate, by [`LABEL_STATE`] (the caller
+    /// got a retry-after or waited; the gate never drops a message).
+    pub const PRODUCER_REFUSED_TOTAL: &str = "backpressure_producer_refused_total";
+    /// Gauge (producer pods): 1 for the gate state running, 0 for the others, by
+    /// [`LABEL_STATE`].
+    pub const PRODUCER_STATE: &str = "backpressure_producer_state";
+    /// Gauge (producer pods): the admitted rate limit in messages per second (NaN when not
+    /// throttled).
+    pub const PRODUCER_RATE_LIMIT: &str = "backpressure_producer_rate_limit";
+    /// Label of the producer metrics naming the gate state.
+    pub const LABEL_STATE: &str = "state";
 
     /// Outcome class: processed successfully.
     pub const CLASS_SUCCESS: &str = "success";
@@ -345,14 +365,7 @@ impl WorkerConfig {
         let mut copy = self.clone();
         copy.hash.clear();
         copy.generation = 0;
-        // Serializing a struct of plain fields cannot fail; fall back to Debug just in case.
-        let bytes = serde_json::to_vec(&copy).unwrap_or_else(|_| format!("{copy:?}").into_bytes());
-        let digest = Sha256::digest(&bytes);
-        let mut hex = String::with_capacity(12);
-        for b in digest.iter().take(6) {
-            hex.push_str(&format!("{b:02x}"));
-        }
-        hex
+        content_hash(&copy)
     }
 
     /// Returns the payload with its hash filled in.
@@ -394,6 +407,19 @@ impl Default for WorkerConfig {
         }
         .with_hash()
     }
+}
+
+/// The first 12 hex digits of the SHA-256 of a document's JSON (the caller clears what the
+/// hash must not cover).
+fn content_hash<T: Serialize + std::fmt::Debug>(doc: &T) -> String {
+    // Serializing a struct of plain fields cannot fail; fall back to Debug just in case.
+    let bytes = serde_json::to_vec(doc).unwrap_or_else(|_| format!("{doc:?}").into_bytes());
+    let digest = Sha256::digest(&bytes);
+    let mut hex = String::with_capacity(12);
+    for b in digest.iter().take(6) {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, T
 use kube_derive::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::{MetricsSpec, Mode, ScalingSpec, WorkerSpec};
+use super::{MetricsSpec, Mode, ProducersSpec, ScalingSpec, WorkerSpec};
 
 /// Fleet-wide defaults and guardrails for the WorkerBackpressure objects in the namespaces it
 /// selects. Precedence: the object's own value, then policies by descending priority (ties by
@@ -118,6 +118,7 @@ pub struct AllowedPrometheus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.producers) || !has(self.producers.targetRef)").message("a policy cannot name producers: producers.targetRef belongs to each WorkerBackpressure").field_path(".producers.targetRef"))]
 pub struct PolicyDefaults {
     /// Default mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,6 +132,10 @@ pub struct PolicyDefaults {
     /// Default scaling fields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingSpec>,
+    /// Default producer-control fields (mode, watermarks, dwells) for objects that name their
+    /// producers in `spec.producers.targetRef`; a policy never names producers itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producers: Option<ProducersSpec>,
 }
 
 /// Limits a policy enforces.

@@ -92,6 +92,7 @@ use crate::duration::Duration;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.mode) || self.mode != 'Guard' || has(self.guard)").message("spec.guard is required when spec.mode is Guard").field_path(".guard").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new("!has(self.producers) || has(self.producers.targetRef) || (has(self.producers.mode) && self.producers.mode == 'Off')").message("spec.producers.targetRef is required unless spec.producers.mode is Off").field_path(".producers.targetRef").reason(Reason::FieldValueRequired))]
 pub struct WorkerBackpressureSpec {
     /// The workload to scale: anything that serves the `/scale` subresource (Deployment,
     /// StatefulSet, or a custom resource), in the same namespace.
@@ -127,6 +128,12 @@ pub struct WorkerBackpressureSpec {
     /// How replicas are chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingSpec>,
+
+    /// Producer backpressure: pause or throttle the workload that feeds the queue while the
+    /// backlog is above a high watermark, so that holding the workers during an outage does
+    /// not grow the queue without bound. Absent: producers are not touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producers: Option<ProducersSpec>,
 }
 
 /// A reference to the scaled workload in the object's namespace.
@@ -597,4 +604,100 @@ pub enum FallbackPolicy {
     Static,
     /// Raise to a replica count, never lower.
     IfHigher,
+}
+
+/// Producer backpressure (`spec.producers`): a watermark loop with hysteresis on the queue.
+///
+/// ```text
+///            signal > pauseAbove                    signal < resumeBelow for pauseDwell
+///   Open ─────────────────────────► Paused / Throttled ─────────────────────────► Resuming
+///    ▲                                   ▲                                          │
+///    │ the allowed rate no longer binds  │ signal > pauseAbove                     │
+///    └───────────────────────────────────┴──────────────────────────────────────────┘
+/// ```
+///
+/// A signal is above its high watermark when it exceeds `pauseAbove`, below its low watermark
+/// when it is under `resumeBelow`; with both signals set, either one above pauses and both must
+/// be below to resume. `Throttle` lets the producers send what the workers complete (a share of
+/// the fleet's completion rate, so the backlog drains), `Pause` stops them. `Resuming` lets them
+/// send at the fleet's completion rate first and raises the allowed rate each `resumeDwell`
+/// while the queue stays below the low watermark, so recovery does not refill the queue faster
+/// than the workers drain it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct ProducersSpec {
+    /// The producer workload in this namespace (for example a Deployment); its pods receive
+    /// the producer state through the same authenticated push as the worker config, with a
+    /// token whose audience names this workload. Required unless `mode` is `Off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_ref: Option<TargetRef>,
+
+    /// `Pause` (default) stops the producers above the high watermark, `Throttle` limits them to
+    /// a rate the operator computes from the fleet's completion rate, `Off` never restricts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ProducerMode>,
+
+    /// Watermarks on the queue depth (messages waiting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<DepthWatermarks>,
+
+    /// Watermarks on the queue age (the age of the oldest message not yet delivered once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_age: Option<AgeWatermarks>,
+
+    /// Shortest time producers stay paused or throttled before resuming, however fast the
+    /// queue falls. Defaults to 60s; at most 24h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('24h')").message("pauseDwell must be between 0s and 24h"))]
+    pub pause_dwell: Option<Duration>,
+
+    /// Time at each step of the way back to `Open`: the allowed rate doubles at most once per
+    /// dwell, and only while the queue stays below the low watermark. Should be at least the
+    /// `rate()` window of the metrics, so each step is judged on arrivals at its own rate.
+    /// Defaults to 60s; between 1s and 24h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('24h')").message("resumeDwell must be between 1s and 24h"))]
+    pub resume_dwell: Option<Duration>,
+}
+
+/// What producer control does above the high watermark.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProducerMode {
+    /// Stop accepting until the queue is below the low watermark.
+    #[default]
+    Pause,
+    /// Accept at a share of the fleet's measured completion rate, so the backlog drains.
+    Throttle,
+    /// Never restrict the producers.
+    Off,
+}
+
+/// Queue-depth watermarks, in messages.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.resumeBelow < self.pauseAbove").message("resumeBelow must be below pauseAbove").field_path(".resumeBelow"))]
+pub struct DepthWatermarks {
+    /// High watermark: producers are restricted while more messages than this wait.
+    #[schemars(range(min = 1, max = 1_000_000_000_000i64))]
+    pub pause_above: i64,
+    /// Low watermark: producers resume once fewer messages than this wait.
+    #[schemars(range(min = 0, max = 1_000_000_000_000i64))]
+    pub resume_below: i64,
+}
+
+/// Queue-age watermarks.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("duration(self.resumeBelow) < duration(self.pauseAbove)").message("resumeBelow must be below pauseAbove").field_path(".resumeBelow"))]
+pub struct AgeWatermarks {
+    /// High watermark: producers are restricted while the oldest message not yet delivered
+    /// once is older than this. At most 24h.
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s') && duration(self) <= duration('24h')").message("pauseAbove must be greater than 0s and at most 24h"))]
+    pub pause_above: Duration,
+    /// Low watermark: producers resume once it is younger than this.
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s') && duration(self) <= duration('24h')").message("resumeBelow must be between 0s and 24h"))]
+    pub resume_below: Duration,
 }

@@ -64,11 +64,101 @@ pub struct WorkerBackpressureStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<GuardStatus>,
 
+    /// Producer control (`spec.producers`): the state the producers are in, why, and how many
+    /// producer pods run it. Independent of the worker hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producers: Option<ProducerStatus>,
+
     /// Ready, DependencyHealthy, ScaleOutHeld, Ramping, MetricsAvailable, ConfigInSync,
-    /// PolicyLimited, and GuardApplied in Guard mode.
+    /// PolicyLimited, GuardApplied in Guard mode, and ProducersThrottled with `spec.producers`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Option<Vec<Condition>>,
+}
+
+/// Producer control: the state, its reason and its rollout to the producer pods.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct ProducerStatus {
+    /// `Open`, `Throttled`, `Paused` or `Resuming`.
+    pub state: ProducerState,
+    /// When the producers entered this state (a `Resuming` step restarts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// Messages per second the whole producer workload may send (`Throttled`, `Resuming`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Since when every signal has been below its low watermark without interruption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below_resume_since: Option<Time>,
+    /// The watermarks in force, for example `queueDepth 800/200, queueAge 10m/2m` (pause
+    /// above / resume below).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermarks: Option<String>,
+    /// Why, in words and numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Content hash of the producer state document the pods should run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// Generation of the producer state document (grows whenever its hash changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Ready producer pods that acknowledged the current document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_in_sync: Option<i32>,
+    /// Ready producer pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_total: Option<i32>,
+}
+
+/// The states of producer control.
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
+pub enum ProducerState {
+    /// Producers send freely.
+    #[default]
+    Open,
+    /// Producers send at most `rate` (a share of the fleet's completion rate).
+    Throttled,
+    /// Producers send nothing.
+    Paused,
+    /// On the way back to `Open`: producers send at most `rate`, which rises while the queue
+    /// stays below the low watermark.
+    Resuming,
+}
+
+impl ProducerState {
+    /// All states, in declaration order (metrics export every label value).
+    pub const ALL: [ProducerState; 4] = [
+        ProducerState::Open,
+        ProducerState::Throttled,
+        ProducerState::Paused,
+        ProducerState::Resuming,
+    ];
+
+    /// The name as written in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProducerState::Open => "Open",
+            ProducerState::Throttled => "Throttled",
+            ProducerState::Paused => "Paused",
+            ProducerState::Resuming => "Resuming",
+        }
+    }
 }
 
 /// The guarded autoscaler and its clamp.

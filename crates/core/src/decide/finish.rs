@@ -203,6 +203,8 @@ impl Decider<'_> {
             dry_run_by: eff.dry_run_by.clone().filter(|_| eff.dry_run),
             // Guard mode's clamp is reported by the caller after acting; carried until then.
             guard: prev.and_then(|p| p.guard.clone()),
+            // Producer control is decided apart (`crate::producers`) and set by the caller.
+            producers: prev.and_then(|p| p.producers.clone()),
             conditions: Some(conditions),
         };
         if !suspended

@@ -68,6 +68,7 @@ pub fn spec_for(s: &Scenario) -> WorkerBackpressureSpec {
             ..WorkerSpec::default()
         }),
         metrics: None,
+        producers: None,
         scaling: Some(ScalingSpec {
             min_replicas: i32::try_from(s.fleet.min_replicas).ok(),
             max_replicas: i32::try_from(s.fleet.max_replicas).ok(),

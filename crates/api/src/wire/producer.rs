@@ -1,0 +1,241 @@
+//! The producer side of the wire contract, version [`PRODUCER_WIRE_VERSION`].
+//!
+//! A producer pod (one of the pods of a WorkerBackpressure's `spec.producers.targetRef`)
+//! receives a [`ProducerConfig`] exactly as a worker receives its config: `PUT`
+//! [`PRODUCER_PATH`] on its admin port with `Authorization: Bearer <token>`, the token's
+//! audience [`super::push_audience`]`(namespace, producerWorkload)` (the producer workload's own
+//! audience, so a token presented to a worker is worthless at a producer and the other way
+//! round), or the file [`PRODUCER_FILE_NAME`] in the operator's ConfigMap. The answers are the
+//! worker config's: 200 with a [`super::ConfigAck`], 400 invalid (naming the field), 401, 403,
+//! 409 older generation, 413 too large, 429 too many failed authentications. `GET`
+//! [`PRODUCER_PATH`] returns the running ack.
+//!
+//! The producer honours the document with a gate in front of every send (the worker library's
+//! `ProducerGate`): `Open` admits everything, `Throttled` admits at most `ratePerSecond` per
+//! second (a token bucket holding at most one second of tokens), `Paused` admits nothing. A
+//! message not admitted is never dropped by the gate: the caller waits, or gets a retry-after
+//! (`retryAfterMs` while paused) to hand back to its own client.
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// Version of the producer document.
+pub const PRODUCER_WIRE_VERSION: &str = "backpressure.dev/producer-state/v1";
+/// HTTP path of the producer state endpoint on the admin port.
+pub const PRODUCER_PATH: &str = "/v1/producer";
+/// File name of the producer state inside the operator's ConfigMap.
+pub const PRODUCER_FILE_NAME: &str = "producer-state.json";
+/// Largest `retryAfterMs` a producer accepts (one hour).
+pub const MAX_RETRY_AFTER_MS: u64 = 3_600_000;
+
+/// What the gate does, as pushed to producer pods.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GateState {
+    /// Admit everything.
+    #[default]
+    Open,
+    /// Admit at most `ratePerSecond`.
+    Throttled,
+    /// Admit nothing.
+    Paused,
+}
+
+impl GateState {
+    /// All states, in declaration order (metrics export every label value).
+    pub const ALL: [GateState; 3] = [GateState::Open, GateState::Throttled, GateState::Paused];
+
+    /// The name as written on the wire and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateState::Open => "Open",
+            GateState::Throttled => "Throttled",
+            GateState::Paused => "Paused",
+        }
+    }
+}
+
+/// The producer state document.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProducerConfig {
+    /// Always [`PRODUCER_WIRE_VERSION`].
+    pub version: String,
+    /// Monotonic generation, as for the worker config.
+    pub generation: i64,
+    /// Content hash (the worker config's scheme: `generation` zero and `hash` empty).
+    #[serde(default)]
+    pub hash: String,
+    /// The gate state.
+    pub state: GateState,
+    /// `Throttled` only: messages per second this pod may send (the producer workload's rate
+    /// shared among its ready pods), finite and ≥ 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_second: Option<f64>,
+    /// How long a caller refused while `Paused` should wait before trying again, in
+    /// milliseconds, at most [`MAX_RETRY_AFTER_MS`].
+    pub retry_after_ms: u64,
+}
+
+impl Default for ProducerConfig {
+    /// Open, which is also what a producer runs before any document arrives.
+    fn default() -> Self {
+        ProducerConfig {
+            version: PRODUCER_WIRE_VERSION.to_owned(),
+            generation: 0,
+            hash: String::new(),
+            state: GateState::Open,
+            rate_per_second: None,
+            retry_after_ms: 1000,
+        }
+        .with_hash()
+    }
+}
+
+impl ProducerConfig {
+    /// Parses and validates a document: JSON shape, version, ranges, and (when present) hash.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ConfigError> {
+        if bytes.len() > super::MAX_PAYLOAD_BYTES {
+            return Err(ConfigError::TooLarge(bytes.len()));
+        }
+        let cfg: ProducerConfig =
+            serde_json::from_slice(bytes).map_err(|e| ConfigError::Malformed(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks version, ranges and the hash (an empty hash means "not given").
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.version != PRODUCER_WIRE_VERSION {
+            return Err(ConfigError::Version(self.version.clone()));
+        }
+        let field = |field: &'static str, reason: String| ConfigError::Field { field, reason };
+        if self.generation < 0 {
+            return Err(field("generation", "must not be negative".into()));
+        }
+        match (self.state, self.rate_per_second) {
+            (GateState::Throttled, None) => {
+                return Err(field(
+                    "ratePerSecond",
+                    "is required when state is Throttled".into(),
+                ));
+            }
+            (_, Some(r)) if !(r.is_finite() && r >= 0.0) => {
+                return Err(field("ratePerSecond", format!("{r} is not finite and ≥ 0")));
+            }
+            _ => {}
+        }
+        if self.retry_after_ms > MAX_RETRY_AFTER_MS {
+            return Err(field(
+                "retryAfterMs",
+                format!("{} exceeds {MAX_RETRY_AFTER_MS}", self.retry_after_ms),
+            ));
+        }
+        if !self.hash.is_empty() {
+            let computed = self.compute_hash();
+            if computed != self.hash {
+                return Err(ConfigError::Hash {
+                    given: self.hash.clone(),
+                    computed,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The content hash: as [`super::WorkerConfig::compute_hash`].
+    pub fn compute_hash(&self) -> String {
+        let mut copy = self.clone();
+        copy.hash.clear();
+        copy.generation = 0;
+        super::content_hash(&copy)
+    }
+
+    /// Returns the document with its hash filled in.
+    pub fn with_hash(mut self) -> Self {
+        self.hash = self.compute_hash();
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(cfg: &ProducerConfig) -> &'static str {
+        match cfg.validate() {
+            Err(ConfigError::Field { field, .. }) => field,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_throttle_needs_a_finite_rate_and_every_refusal_names_its_field() {
+        let d = ProducerConfig::default();
+        assert_eq!(d.validate(), Ok(()));
+        let throttled = ProducerConfig {
+            state: GateState::Throttled,
+            hash: String::new(),
+            ..d.clone()
+        };
+        assert_eq!(field(&throttled), "ratePerSecond");
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let c = ProducerConfig {
+                rate_per_second: Some(bad),
+                ..throttled.clone()
+            };
+            assert_eq!(field(&c), "ratePerSecond");
+        }
+        let slow = ProducerConfig {
+            retry_after_ms: MAX_RETRY_AFTER_MS + 1,
+            hash: String::new(),
+            ..d.clone()
+        };
+        assert_eq!(field(&slow), "retryAfterMs");
+        let ok = ProducerConfig {
+            rate_per_second: Some(2.5),
+            ..throttled
+        }
+        .with_hash();
+        assert_eq!(
+            ProducerConfig::parse(&serde_json::to_vec(&ok).unwrap()),
+            Ok(ok)
+        );
+    }
+
+    #[test]
+    fn the_hash_names_the_content_not_the_generation() {
+        let a = ProducerConfig {
+            generation: 5,
+            ..ProducerConfig::default()
+        }
+        .with_hash();
+        assert_eq!(a.hash, ProducerConfig::default().hash);
+        let paused = ProducerConfig {
+            state: GateState::Paused,
+            ..ProducerConfig::default()
+        }
+        .with_hash();
+        assert_ne!(paused.hash, a.hash);
+        let tampered = ProducerConfig {
+            state: GateState::Open,
+            ..paused
+        };
+        assert!(matches!(tampered.validate(), Err(ConfigError::Hash { .. })));
+    }
+
+    #[test]
+    fn unknown_fields_and_other_versions_are_refused() {
+        let mut v = serde_json::to_value(ProducerConfig::default()).unwrap();
+        v["extra"] = serde_json::json!(1);
+        assert!(matches!(
+            ProducerConfig::parse(&serde_json::to_vec(&v).unwrap()),
+            Err(ConfigError::Malformed(_))
+        ));
+        let other = ProducerConfig {
+            version: "backpressure.dev/producer-state/v2".into(),
+            ..ProducerConfig::default()
+        };
+        assert!(matches!(other.validate(), Err(ConfigError::Version(_))));
+    }
+}
