@@ -4,6 +4,8 @@
 //!   `BackpressurePolicy` objects and the built-in defaults, into one [`resolve::Effective`];
 //! - [`decide`]: from the effective configuration, the previous status and one observation,
 //!   the regime, the replicas, the status, the events;
+//! - [`producers`]: producer control, the watermark loop that pauses or throttles the queue's
+//!   producers, independent of the worker hold;
 //! - [`guard`]: the clamp Guard mode puts on the guarded autoscaler after a decision;
 //! - [`selector`]: label selectors, structured (`namespaceSelector`) or in the string form of
 //!   `/scale` `status.selector`, with one evaluator;
@@ -16,6 +18,7 @@
 
 pub mod decide;
 pub mod guard;
+pub mod producers;
 pub mod resolve;
 pub mod selector;
 pub mod tenancy;

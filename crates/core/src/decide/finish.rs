@@ -286,7 +286,7 @@ fn round_to(x: f64, decimals: i32) -> f64 {
     (x * f).round() / f
 }
 
-fn two_significant(x: f64) -> f64 {
+pub(crate) fn two_significant(x: f64) -> f64 {
     if x == 0.0 || !x.is_finite() {
         return x;
     }

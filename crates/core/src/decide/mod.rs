@@ -78,7 +78,7 @@
 
 mod conditions;
 mod decider;
-mod finish;
+pub(crate) mod finish;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 mod hold;
@@ -90,7 +90,7 @@ mod ramp;
 pub mod sizing;
 #[cfg(test)]
 mod tests;
-mod time;
+pub(crate) mod time;
 mod unavailable;
 
 use std::time::Duration;

@@ -34,6 +34,7 @@
 //! [`check_stages`]); `worker_config.rs` renders the wire payload ([`render_worker_config`]).
 
 mod limits;
+mod producers;
 mod resolver;
 mod sections;
 #[cfg(test)]
@@ -45,8 +46,8 @@ use std::fmt;
 use std::time::Duration;
 
 use backpressure_api::v1alpha1::{
-    Algorithm, BackpressurePolicy, BackpressurePolicySpec, Brake, GuardRef, Mode, QueryOverrides,
-    SecretRef, TargetRef, WorkerBackpressureSpec,
+    Algorithm, BackpressurePolicy, BackpressurePolicySpec, Brake, GuardRef, Mode, ProducerMode,
+    QueryOverrides, SecretRef, TargetRef, WorkerBackpressureSpec,
 };
 use k8s_openapi::jiff::Timestamp;
 
@@ -166,6 +167,8 @@ pub struct Effective {
     pub scaling: EffectiveScaling,
     /// The emergency brake in force at the time of resolution.
     pub brake: Option<EffectiveBrake>,
+    /// Producer control (`spec.producers`); `None` when the object names no producers.
+    pub producers: Option<EffectiveProducers>,
     /// Matching policies by name, in precedence order.
     pub policies: Vec<String>,
     /// Values a policy limit changed: field path → description.
@@ -174,6 +177,23 @@ pub struct Effective {
     /// `backpressure.dev/hold-until` annotation): no scale-out, whatever the metrics say. Set by
     /// the caller from the object's annotations; [`resolve`] leaves it empty.
     pub manual_hold_until: Option<Timestamp>,
+}
+
+/// Resolved `spec.producers` (see [`crate::producers`] for the state machine).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectiveProducers {
+    /// The producer workload; `None` only with `mode: Off`.
+    pub target_ref: Option<TargetRef>,
+    /// `Pause`, `Throttle` or `Off`.
+    pub mode: ProducerMode,
+    /// Queue-depth watermarks: (pause above, resume below), in messages.
+    pub depth: Option<(f64, f64)>,
+    /// Queue-age watermarks: (pause above, resume below).
+    pub age: Option<(Duration, Duration)>,
+    /// Shortest time restricted before resuming.
+    pub pause_dwell: Duration,
+    /// Time at each step of the way back to open.
+    pub resume_dwell: Duration,
 }
 
 /// Resolved `spec.worker`.
@@ -391,7 +411,7 @@ impl fmt::Display for EffectiveBrake {
 /// brake's expiry depends on it).
 ///
 /// One section at a time, in this order (so errors are listed in it): `spec.worker`,
-/// `spec.metrics`, `spec.scaling`, the mode, the policies' limits, what the mode then requires
+/// `spec.metrics`, `spec.scaling`, the mode, `spec.producers`, the policies' limits, what the mode then requires
 /// (DryRun, Guard's `spec.guard`), the emergency brake.
 pub fn resolve(
     spec: &WorkerBackpressureSpec,
@@ -418,6 +438,7 @@ pub fn resolve(
         metrics,
         scaling,
         brake: None,
+        producers: producers::resolve(&mut r, spec),
         policies: policies.iter().map(|p| p.name.to_owned()).collect(),
         overrides: BTreeMap::new(),
     };

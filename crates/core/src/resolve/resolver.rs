@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use backpressure_api::duration::{Duration as ApiDuration, MAX_SPEC_DURATION};
 use backpressure_api::v1alpha1::{
-    MetricsSpec, Mode, QueryOverrides, ScalingSpec, WorkerBackpressureSpec, WorkerSpec,
+    MetricsSpec, Mode, ProducersSpec, QueryOverrides, ScalingSpec, WorkerBackpressureSpec,
+    WorkerSpec,
 };
 
 use super::{FieldError, PolicyInput, QuerySource};
@@ -35,6 +36,7 @@ pub(super) struct Layer<'a> {
     pub(super) worker: Option<&'a WorkerSpec>,
     pub(super) metrics: Option<&'a MetricsSpec>,
     pub(super) scaling: Option<&'a ScalingSpec>,
+    pub(super) producers: Option<&'a ProducersSpec>,
 }
 
 /// A resolved value and where it came from (for error messages).
@@ -77,6 +79,7 @@ impl<'a> Resolver<'a> {
             worker: spec.worker.as_ref(),
             metrics: spec.metrics.as_ref(),
             scaling: spec.scaling.as_ref(),
+            producers: spec.producers.as_ref(),
         }];
         for p in policies {
             if let Some(defaults) = &p.spec.defaults {
@@ -86,6 +89,7 @@ impl<'a> Resolver<'a> {
                     worker: defaults.worker.as_ref(),
                     metrics: defaults.metrics.as_ref(),
                     scaling: defaults.scaling.as_ref(),
+                    producers: defaults.producers.as_ref(),
                 });
             }
         }

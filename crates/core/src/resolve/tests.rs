@@ -775,3 +775,100 @@ fn worker_push_resolves_by_precedence_and_stays_out_of_the_payload() {
     let eff = resolve(&s, &inputs(&policies), now()).unwrap();
     assert!(eff.worker.push, "the object wins over the policy");
 }
+
+#[test]
+fn producers_take_policy_defaults_but_only_the_object_names_them() {
+    use backpressure_api::v1alpha1::{AgeWatermarks, DepthWatermarks, ProducerMode, ProducersSpec};
+    let producer = TargetRef {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: "export-api".into(),
+    };
+    // No spec.producers: no producer control, whatever a policy defaults.
+    let defaults = BackpressurePolicySpec {
+        defaults: Some(PolicyDefaults {
+            producers: Some(ProducersSpec {
+                mode: Some(ProducerMode::Throttle),
+                queue_depth: Some(DepthWatermarks {
+                    pause_above: 10_000,
+                    resume_below: 2_000,
+                }),
+                pause_dwell: dur("2m"),
+                // A policy cannot name producers (refused at admission); ignored here.
+                target_ref: Some(TargetRef {
+                    name: "someone-else".into(),
+                    ..producer.clone()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let policies = [policy("platform", None, defaults)];
+    assert_eq!(
+        resolve(&spec(), &inputs(&policies), now())
+            .unwrap()
+            .producers,
+        None
+    );
+
+    let mut s = spec();
+    s.producers = Some(ProducersSpec {
+        target_ref: Some(producer.clone()),
+        queue_age: Some(AgeWatermarks {
+            pause_above: "10m".parse().unwrap(),
+            resume_below: "2m".parse().unwrap(),
+        }),
+        ..Default::default()
+    });
+    let p = resolve(&s, &inputs(&policies), now())
+        .unwrap()
+        .producers
+        .unwrap();
+    assert_eq!(p.target_ref, Some(producer.clone()));
+    assert_eq!(p.mode, ProducerMode::Throttle);
+    assert_eq!(p.depth, Some((10_000.0, 2_000.0)));
+    assert_eq!(
+        p.age,
+        Some((Duration::from_secs(600), Duration::from_secs(120)))
+    );
+    assert_eq!(p.pause_dwell, Duration::from_secs(120));
+    assert_eq!(p.resume_dwell, Duration::from_secs(60));
+
+    // Without the policy: Pause by default, and watermarks are required.
+    s.producers = Some(ProducersSpec {
+        target_ref: Some(producer),
+        ..Default::default()
+    });
+    let err = resolve(&s, &[], now()).unwrap_err();
+    assert_eq!(err.errors[0].field, "spec.producers", "{err}");
+}
+
+#[test]
+fn inverted_producer_watermarks_stored_before_the_crd_are_refused_naming_the_field() {
+    use backpressure_api::v1alpha1::{AgeWatermarks, DepthWatermarks, ProducerMode, ProducersSpec};
+    let mut s = spec();
+    s.producers = Some(ProducersSpec {
+        mode: Some(ProducerMode::Pause),
+        queue_depth: Some(DepthWatermarks {
+            pause_above: 100,
+            resume_below: 100,
+        }),
+        queue_age: Some(AgeWatermarks {
+            pause_above: "1m".parse().unwrap(),
+            resume_below: "5m".parse().unwrap(),
+        }),
+        ..Default::default()
+    });
+    let err = resolve(&s, &[], now()).unwrap_err();
+    let fields: Vec<_> = err.errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.producers.queueDepth.resumeBelow",
+            "spec.producers.queueAge.resumeBelow",
+            "spec.producers.targetRef"
+        ]
+    );
+}
