@@ -296,6 +296,29 @@ pub fn explain(
         );
         let _ = writeln!(out, "             {}", d.reason);
     }
+    if let Some(p) = &s.producers {
+        // Producer control is independent of the worker hold: its own line, its own reason.
+        let ago = p
+            .since
+            .as_ref()
+            .map_or("?".into(), |t| human_age(now.as_second() - t.0.as_second()));
+        let rate = p
+            .rate
+            .map_or(String::new(), |r| format!(" at most {r} messages/s"));
+        let pods = match (p.pods_in_sync, p.pods_total) {
+            (Some(i), Some(t)) => format!(", {i} of {t} producer pods in sync"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  producers  {}{rate} for {ago} (watermarks {}){pods}",
+            p.state.as_str(),
+            p.watermarks.as_deref().unwrap_or("?"),
+        );
+        if let Some(r) = &p.reason {
+            let _ = writeln!(out, "             {r}");
+        }
+    }
     if let Some(p) = s.policies.as_ref().filter(|p| !p.is_empty()) {
         let _ = writeln!(out, "  policies   {}", p.join(", "));
     }
@@ -446,6 +469,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(j["status"]["lastDecision"]["action"], "HoldScaleOut");
+    }
+
+    #[test]
+    fn explain_shows_producer_control_beside_the_worker_hold() {
+        use backpressure_api::v1alpha1::{ProducerState, ProducerStatus};
+        let now: Timestamp = "2026-11-30T10:01:00Z".parse().unwrap();
+        let mut w = wbp("a", "export-worker", Regime::DependencyFailing);
+        if let Some(s) = w.status.as_mut() {
+            s.producers = Some(ProducerStatus {
+                state: ProducerState::Throttled,
+                since: Some(Time("2026-11-30T10:00:00Z".parse().unwrap())),
+                rate: Some(36.0),
+                watermarks: Some("queueDepth 800/200".into()),
+                reason: Some("queue depth 812 > 800: producers throttled".into()),
+                pods_in_sync: Some(2),
+                pods_total: Some(3),
+                ..Default::default()
+            });
+        }
+        let t = explain(&w, &[], Output::Table, now).unwrap();
+        assert!(t.contains("HoldScaleOut 8 -> 8"), "{t}");
+        assert!(
+            t.contains("producers  Throttled at most 36 messages/s for 60s (watermarks queueDepth 800/200), 2 of 3 producer pods in sync"),
+            "{t}"
+        );
+        assert!(t.contains("queue depth 812 > 800"), "{t}");
     }
 
     #[test]

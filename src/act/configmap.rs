@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use backpressure_api::WorkerBackpressure;
-use backpressure_api::wire::{CONFIG_FILE_NAME, WorkerConfig};
+use backpressure_api::wire::{CONFIG_FILE_NAME, PRODUCER_FILE_NAME, ProducerConfig, WorkerConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -23,12 +23,21 @@ pub fn configmap_name(wbp: &WorkerBackpressure) -> String {
     format!("{}-worker-config", wbp.name_any())
 }
 
-/// The ConfigMap the operator wants for `wbp` running `config`.
+/// The ConfigMap the operator wants for `wbp` running `config`, and, with `spec.producers`, the
+/// producer state for producer pods that read it from a file.
 pub fn desired(
     wbp: &WorkerBackpressure,
     config: &WorkerConfig,
+    producer: Option<&ProducerConfig>,
 ) -> Result<ConfigMap, serde_json::Error> {
     let json = serde_json::to_string_pretty(config)?;
+    let mut data = BTreeMap::from([(CONFIG_FILE_NAME.to_owned(), json)]);
+    if let Some(p) = producer {
+        data.insert(
+            PRODUCER_FILE_NAME.to_owned(),
+            serde_json::to_string_pretty(p)?,
+        );
+    }
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(configmap_name(wbp)),
@@ -44,7 +53,7 @@ pub fn desired(
             owner_references: wbp.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([(CONFIG_FILE_NAME.to_owned(), json)])),
+        data: Some(data),
         ..Default::default()
     })
 }
@@ -253,7 +262,7 @@ mod tests {
 
     #[test]
     fn cached_form_keeps_a_digest_instead_of_the_data() {
-        let desired = desired(&wbp(), &config("a")).unwrap();
+        let desired = desired(&wbp(), &config("a"), None).unwrap();
         let c = cached(&desired);
         assert_eq!(c.data, None);
         assert_eq!(c.metadata.managed_fields, None);
@@ -273,8 +282,8 @@ mod tests {
 
     #[test]
     fn any_difference_in_data_labels_or_owner_is_out_of_date() {
-        let want = desired(&wbp(), &config("a")).unwrap();
-        let other = desired(&wbp(), &config("b")).unwrap();
+        let want = desired(&wbp(), &config("a"), None).unwrap();
+        let other = desired(&wbp(), &config("b"), None).unwrap();
         assert!(!up_to_date(Some(&cached(&other)), &want));
 
         let mut edited = want.clone();
@@ -308,7 +317,7 @@ mod tests {
     #[test]
     fn only_a_controller_owner_reference_with_the_objects_uid_is_ownership() {
         let w = wbp();
-        let ours = desired(&w, &config("a")).unwrap();
+        let ours = desired(&w, &config("a"), None).unwrap();
         assert!(owned_by(&ours, &w));
 
         let mut foreign = ours.clone();
@@ -324,7 +333,7 @@ mod tests {
 
         let mut earlier = w.clone();
         earlier.metadata.uid = Some("u0".into());
-        let previous_incarnation = desired(&earlier, &config("a")).unwrap();
+        let previous_incarnation = desired(&earlier, &config("a"), None).unwrap();
         assert!(
             !owned_by(&previous_incarnation, &w),
             "an object of the same name that was deleted and re-created"

@@ -1,4 +1,5 @@
-//! Pushing the worker configuration to each ready pod's admin port.
+//! Pushing the worker configuration (and a producer workload's producer state) to each ready
+//! pod's admin port.
 //!
 //! The push is authenticated with a ServiceAccount token of the operator's own identity, minted
 //! through the TokenRequest API for one target only: audience
@@ -25,7 +26,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use backpressure_api::wire::{self, ConfigAck, WorkerConfig};
+use backpressure_api::wire::{self, ConfigAck, ProducerConfig, WorkerConfig};
 use futures::StreamExt as _;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -188,6 +189,39 @@ struct PodPushState {
     last_error: Option<String>,
 }
 
+/// A document to push: the worker config to [`wire::CONFIG_PATH`] of a worker pod, or the
+/// producer state to [`wire::PRODUCER_PATH`] of a producer pod. A pod's confirmations are kept
+/// per path, so a pod that is both (a workload that produces and consumes) holds both.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The admin path it is `PUT` to.
+    pub path: &'static str,
+    /// Its content hash, which the pod's acknowledgement must name.
+    pub hash: String,
+    /// The JSON body.
+    pub body: Vec<u8>,
+}
+
+impl Document {
+    /// The worker config.
+    pub fn worker(config: &WorkerConfig) -> Result<Self, serde_json::Error> {
+        Ok(Document {
+            path: wire::CONFIG_PATH,
+            hash: config.hash.clone(),
+            body: serde_json::to_vec(config)?,
+        })
+    }
+
+    /// The producer state.
+    pub fn producer(config: &ProducerConfig) -> Result<Self, serde_json::Error> {
+        Ok(Document {
+            path: wire::PRODUCER_PATH,
+            hash: config.hash.clone(),
+            body: serde_json::to_vec(config)?,
+        })
+    }
+}
+
 /// What the pushes of one reconcile found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PushReport {
@@ -199,12 +233,12 @@ pub struct PushReport {
     pub failed: Vec<(String, String)>,
 }
 
-/// Remembers, per pod UID, which hash each pod confirmed.
+/// Remembers, per pod UID and document path, which hash each pod confirmed.
 #[derive(Debug)]
 pub struct Pusher {
     http: reqwest::Client,
     tls: Option<Arc<rustls::ClientConfig>>,
-    state: Mutex<HashMap<String, PodPushState>>,
+    state: Mutex<HashMap<(&'static str, String), PodPushState>>,
     semaphore: tokio::sync::Semaphore,
 }
 
@@ -229,13 +263,16 @@ impl Pusher {
         self
     }
 
-    fn snapshot(&self, uid: &str) -> Option<PodPushState> {
-        self.state.lock().ok().and_then(|s| s.get(uid).cloned())
+    fn snapshot(&self, path: &'static str, uid: &str) -> Option<PodPushState> {
+        self.state
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&(path, uid.to_owned())).cloned())
     }
 
-    fn update(&self, uid: &str, f: impl FnOnce(&mut PodPushState)) {
+    fn update(&self, path: &'static str, uid: &str, f: impl FnOnce(&mut PodPushState)) {
         if let Ok(mut s) = self.state.lock() {
-            let entry = s.entry(uid.to_owned()).or_insert(PodPushState {
+            let entry = s.entry((path, uid.to_owned())).or_insert(PodPushState {
                 confirmed_hash: None,
                 confirmed_at: None,
                 failures: 0,
@@ -249,18 +286,18 @@ impl Pusher {
     /// Forgets pods that are gone.
     pub fn retain_pods(&self, alive: &dyn Fn(&str) -> bool) {
         if let Ok(mut s) = self.state.lock() {
-            s.retain(|uid, _| alive(uid));
+            s.retain(|(_, uid), _| alive(uid));
         }
     }
 
-    /// Pushes `config` to every ready pod that has not confirmed it, honouring per-pod
+    /// Pushes `doc` to every ready pod that has not confirmed it, honouring per-pod
     /// backoff, and reports how many ready pods run it. `token` is asked for only when some pod
     /// is due a push (a token costs a TokenRequest). `server_name` is the name an HTTPS pod's
     /// certificate must carry.
     pub async fn sync<F, Fut>(
         &self,
         pods: &[PodInfo],
-        config: &WorkerConfig,
+        doc: &Document,
         server_name: &str,
         token: F,
         recorder: &dyn PushRecorder,
@@ -272,23 +309,14 @@ impl Pusher {
     {
         let now = Instant::now();
         let ready: Vec<&PodInfo> = pods.iter().filter(|p| p.ready && p.ip.is_some()).collect();
-        let body = match serde_json::to_vec(config) {
-            Ok(b) => b,
-            Err(e) => {
-                return PushReport {
-                    in_sync: 0,
-                    total: ready.len() as i32,
-                    failed: vec![("*".into(), format!("cannot encode config: {e}"))],
-                };
-            }
-        };
+        let (path, hash) = (doc.path, doc.hash.as_str());
         let due: Vec<&PodInfo> = ready
             .iter()
             .copied()
             .filter(|p| {
-                let s = self.snapshot(&p.uid);
+                let s = self.snapshot(path, &p.uid);
                 let confirmed = s.as_ref().is_some_and(|s| {
-                    s.confirmed_hash.as_deref() == Some(config.hash.as_str())
+                    s.confirmed_hash.as_deref() == Some(hash)
                         && s.confirmed_at
                             .is_some_and(|t| now.duration_since(t) < RECONFIRM_AFTER)
                 });
@@ -303,12 +331,12 @@ impl Pusher {
         let due: Vec<PodInfo> = due.into_iter().cloned().collect();
         let results: Vec<(String, String, Result<ConfigAck, String>)> = futures::stream::iter(due)
             .map(|pod: PodInfo| {
-                let body = body.clone();
+                let body = doc.body.clone();
                 let token = token.clone();
                 async move {
                     let _permit = self.semaphore.acquire().await;
                     let r = self
-                        .push_one(&pod, body, server_name, token.as_deref())
+                        .push_one(&pod, path, body, server_name, token.as_deref())
                         .await;
                     (pod.uid, pod.name, r)
                 }
@@ -320,7 +348,7 @@ impl Pusher {
         for (uid, name, r) in results {
             recorder.record_push(r.is_ok());
             match r {
-                Ok(ack) => self.update(&uid, |s| {
+                Ok(ack) => self.update(path, &uid, |s| {
                     s.confirmed_hash = Some(ack.hash);
                     s.confirmed_at = Some(Instant::now());
                     s.failures = 0;
@@ -330,7 +358,7 @@ impl Pusher {
                 Err(e) => {
                     tracing::debug!(pod = %name, error = %e, "config push failed");
                     failed.push((name, e.clone()));
-                    self.update(&uid, |s| {
+                    self.update(path, &uid, |s| {
                         s.failures = s.failures.saturating_add(1);
                         let backoff = Duration::from_secs(1u64 << s.failures.min(6))
                             .min(Duration::from_secs(60));
@@ -343,8 +371,8 @@ impl Pusher {
         let in_sync = ready
             .iter()
             .filter(|p| {
-                self.snapshot(&p.uid)
-                    .is_some_and(|s| s.confirmed_hash.as_deref() == Some(config.hash.as_str()))
+                self.snapshot(path, &p.uid)
+                    .is_some_and(|s| s.confirmed_hash.as_deref() == Some(hash))
             })
             .count() as i32;
         PushReport {
@@ -357,6 +385,7 @@ impl Pusher {
     async fn push_one(
         &self,
         pod: &PodInfo,
+        path: &'static str,
         body: Vec<u8>,
         server_name: &str,
         token: Option<&str>,
@@ -371,11 +400,14 @@ impl Pusher {
             };
             let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("pod IP {ip:?}: {e}"))?;
             let addr = SocketAddr::new(ip, pod.admin_port);
-            tokio::time::timeout(PUSH_TIMEOUT, https_put(tls, addr, server_name, body, token))
-                .await
-                .map_err(|_| format!("timed out after {PUSH_TIMEOUT:?}"))??
+            tokio::time::timeout(
+                PUSH_TIMEOUT,
+                https_put(tls, addr, server_name, path, body, token),
+            )
+            .await
+            .map_err(|_| format!("timed out after {PUSH_TIMEOUT:?}"))??
         } else {
-            self.http_put(ip, pod.admin_port, body, token).await?
+            self.http_put(ip, pod.admin_port, path, body, token).await?
         };
         if !(200..300).contains(&status) {
             let snippet: String = text.chars().take(200).collect();
@@ -389,6 +421,7 @@ impl Pusher {
         &self,
         ip: &str,
         port: u16,
+        path: &str,
         body: Vec<u8>,
         token: Option<&str>,
     ) -> Result<(u16, String), String> {
@@ -397,7 +430,7 @@ impl Pusher {
         } else {
             ip.to_owned()
         };
-        let url = format!("http://{host}:{port}{}", wire::CONFIG_PATH);
+        let url = format!("http://{host}:{port}{path}");
         let mut req = self
             .http
             .put(&url)
@@ -421,12 +454,12 @@ impl Pusher {
 /// Largest acknowledgement read from a worker.
 const MAX_ACK_BYTES: usize = 64 * 1024;
 
-/// One `PUT` [`wire::CONFIG_PATH`] over TLS to `addr`, verifying `server_name`; the status and
-/// body.
+/// One `PUT` of `path` over TLS to `addr`, verifying `server_name`; the status and body.
 async fn https_put(
     tls: &Arc<rustls::ClientConfig>,
     addr: SocketAddr,
     server_name: &str,
+    path: &str,
     body: Vec<u8>,
     token: Option<&str>,
 ) -> Result<(u16, String), String> {
@@ -448,7 +481,7 @@ async fn https_put(
     let driver = tokio::spawn(connection);
     let mut req = http::Request::builder()
         .method(http::Method::PUT)
-        .uri(wire::CONFIG_PATH)
+        .uri(path)
         .header(http::header::HOST, server_name)
         .header(http::header::CONTENT_TYPE, "application/json");
     if let Some(t) = token {

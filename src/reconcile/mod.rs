@@ -27,6 +27,7 @@
 
 mod context;
 mod guard;
+mod producers;
 mod report;
 
 use std::sync::Arc;
@@ -54,6 +55,7 @@ use backpressure_core::tenancy::{self, address::redact_text};
 
 pub use context::{Context, Settings};
 pub use guard::guard_step;
+pub use producers::{ProducerOutcome, producers_step, report_producers};
 pub use report::{NotReady, report_not_ready, report_step};
 
 /// Errors that make a reconcile retry sooner. Problems with the object itself (a bad spec, a
@@ -167,8 +169,20 @@ async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, Reconc
         }
     };
     let previous = wbp.status.as_ref();
-    let (config, not_owned, mut notes) =
-        config_step(wbp, ctx, &ns, &eff, &observed.pods, previous, now).await?;
+    let producers =
+        producers_step(ctx, &ns, &eff, observed.fleet.as_ref().ok(), previous, now).await?;
+    let producer_doc = producers.as_ref().map(|p| &p.document);
+    let (config, not_owned, mut notes) = config_step(
+        wbp,
+        ctx,
+        &ns,
+        &eff,
+        &observed.pods,
+        producer_doc,
+        previous,
+        now,
+    )
+    .await?;
     let decision = decide_step(wbp, ctx, &eff, target, &observed, config, now);
     scale_step(wbp, ctx, &ns, &eff, target, &decision).await?;
     notes.extend(decision.events.iter().map(Note::from));
@@ -180,6 +194,10 @@ async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, Reconc
         report_not_owned(&mut status, previous, message, &mut notes, now);
     }
     guard_step(wbp, ctx, &ns, &eff, clamp, &mut status, &mut notes, now).await?;
+    report_producers(&mut status, previous, producers.as_ref(), now);
+    if let Some(p) = producers {
+        notes.extend(p.notes);
+    }
     report_step(wbp, ctx, &ns, status, previous, &notes).await?;
     Ok(Action::requeue(jitter(
         requeue_after.min(ctx.settings.requeue_interval),
@@ -278,12 +296,16 @@ pub async fn observe_step(ctx: &Context, ns: &str, eff: &Effective, now: Timesta
 /// ([`resolve::next_config_generation`]). Returns the rollout, the message of a ConfigMap name
 /// taken by someone else's ConfigMap ([`configmap::sync`], reported by [`report_not_owned`]),
 /// and the events.
+// The step's inputs are the reconcile's (object, context, namespace, effective, previous, now)
+// plus what it writes: the pods and the producer document.
+#[allow(clippy::too_many_arguments)]
 pub async fn config_step(
     wbp: &WorkerBackpressure,
     ctx: &Context,
     ns: &str,
     eff: &Effective,
     pods: &[PodInfo],
+    producer: Option<&wire::ProducerConfig>,
     previous: Option<&WorkerBackpressureStatus>,
     now: Timestamp,
 ) -> Result<(ConfigStatus, Option<String>, Vec<Note>), ReconcileError> {
@@ -304,7 +326,7 @@ pub async fn config_step(
     let quiet = eff.dry_run || eff.suspend;
     let mut not_owned = None;
     if !quiet {
-        let desired = configmap::desired(wbp, &config).map_err(ReconcileError::Render)?;
+        let desired = configmap::desired(wbp, &config, producer).map_err(ReconcileError::Render)?;
         let existing = desired
             .metadata
             .name
@@ -332,11 +354,12 @@ pub async fn config_step(
             }
         }
     };
+    let doc = act::push::Document::worker(&config).map_err(ReconcileError::Render)?;
     let report = ctx
         .pusher
         .sync(
             pods,
-            &config,
+            &doc,
             &wire::admin_server_name(ns, &eff.metrics.workload),
             token,
             &*ctx.metrics,
