@@ -408,3 +408,85 @@ async fn a_brake_without_expiry_is_rejected_naming_the_field() {
         .await
         .unwrap();
 }
+
+/// `spec.producers`: inverted watermarks, producers without a workload, and a policy that names
+/// producers are rejected at admission naming the field; a complete section is accepted.
+#[tokio::test]
+async fn producer_watermarks_are_validated_naming_the_field() {
+    let _serial = serial().await;
+    let env = TestEnv::shared();
+    let client = env.client().unwrap();
+    install_crds(&client).await;
+    let ns = env.namespace("producers-crd").await.unwrap();
+    let ar = kube::discovery::ApiResource::erase::<WorkerBackpressure>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    let producer = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"});
+    let with = |name: &str, producers: Value| -> DynamicObject {
+        serde_json::from_value(object(name, |v| v["spec"]["producers"] = producers)).unwrap()
+    };
+    let cases = [
+        (
+            "depth-inverted",
+            json!({"targetRef": producer, "queueDepth": {"pauseAbove": 100, "resumeBelow": 100}}),
+            "spec.producers.queueDepth.resumeBelow",
+        ),
+        (
+            "age-inverted",
+            json!({"targetRef": producer, "queueAge": {"pauseAbove": "1m", "resumeBelow": "5m"}}),
+            "spec.producers.queueAge.resumeBelow",
+        ),
+        (
+            "no-target",
+            json!({"mode": "Pause", "queueDepth": {"pauseAbove": 100, "resumeBelow": 10}}),
+            "spec.producers.targetRef",
+        ),
+        (
+            "dwell-zero",
+            json!({"targetRef": producer, "queueDepth": {"pauseAbove": 100, "resumeBelow": 10}, "resumeDwell": "0s"}),
+            "spec.producers.resumeDwell",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, producers, field) in cases {
+        match api
+            .create(&PostParams::default(), &with(name, producers))
+            .await
+        {
+            Ok(_) => failures.push(format!("{name}: accepted, expected {field}")),
+            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(field) => {}
+            Err(e) => failures.push(format!("{name}: {e} does not name {field}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for (name, producers) in [
+        (
+            "complete",
+            json!({"targetRef": producer, "mode": "Throttle",
+                   "queueDepth": {"pauseAbove": 100, "resumeBelow": 10},
+                   "queueAge": {"pauseAbove": "10m", "resumeBelow": "2m"}}),
+        ),
+        ("off", json!({"mode": "Off"})),
+    ] {
+        api.create(&PostParams::default(), &with(name, producers))
+            .await
+            .unwrap();
+    }
+
+    let par = kube::discovery::ApiResource::erase::<BackpressurePolicy>(&());
+    let policies: Api<DynamicObject> = Api::all_with(client.clone(), &par);
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "backpressure.dev/v1alpha1",
+        "kind": "BackpressurePolicy",
+        "metadata": {"name": "names-producers"},
+        "spec": {"defaults": {"producers": {"targetRef": producer}}},
+    }))
+    .unwrap();
+    let err = policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("spec.defaults.producers.targetRef")),
+        "{err:?}"
+    );
+}
