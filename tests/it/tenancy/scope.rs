@@ -104,6 +104,21 @@ async fn scope_policies_limit_targets_and_guarded_autoscalers() {
             && forbidden.message.contains("Deployment/other"),
         "{forbidden:?}"
     );
+    // The same for a producer workload: pausing it is acting on it.
+    let mut producing = spec("w", "w", &prom, json!({}));
+    merge(
+        &mut producing,
+        json!({"producers": {
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"},
+            "queueDepth": {"pauseAbove": 100, "resumeBelow": 10},
+        }}),
+    );
+    let err = tenant.apply("p", producing).await.unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.message.contains("spec.producers.targetRef")
+            && s.message.contains("Deployment/other")),
+        "{err:?}"
+    );
 
     // (b) Guard mode on the allowed target, over an HPA without the label; held by hand.
     let mut guard = spec("w", "w", &prom, json!({}));
