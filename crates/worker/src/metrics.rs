@@ -455,6 +455,101 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn the_producer_gate_exports_fixed_series_with_the_wire_names_and_labels() {
+        use backpressure_api::wire::ProducerConfig;
+
+        use crate::config::Origin;
+        use crate::producer::{Admission, ProducerGate};
+
+        let m = Metrics::producer("orders-api");
+        let gate = ProducerGate::new(Some(m.clone()));
+        let samples = parse(&m.encode());
+        let names_seen: BTreeSet<&str> = samples.iter().map(|(n, _, _)| n.as_str()).collect();
+        let expected: BTreeSet<&str> = [
+            names::PRODUCER_ADMITTED_TOTAL,
+            names::PRODUCER_REFUSED_TOTAL,
+            names::PRODUCER_STATE,
+            names::PRODUCER_RATE_LIMIT,
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(names_seen, expected, "a producer pod exports no worker metrics");
+        // Every series from the start: one per state for the labelled families.
+        let series = |samples: &[(String, BTreeMap<String, String>, f64)], name: &str| {
+            samples
+                .iter()
+                .filter(|(n, _, _)| n == name)
+                .map(|(_, l, v)| (l.get(names::LABEL_STATE).cloned().unwrap_or_default(), *v))
+                .collect::<BTreeMap<String, f64>>()
+        };
+        let all_states = |values: &[f64; 3]| {
+            GateState::ALL
+                .iter()
+                .zip(values)
+                .map(|(s, v)| (s.as_str().to_owned(), *v))
+                .collect::<BTreeMap<String, f64>>()
+        };
+        assert_eq!(series(&samples, names::PRODUCER_STATE), all_states(&[1.0, 0.0, 0.0]));
+        assert_eq!(series(&samples, names::PRODUCER_REFUSED_TOTAL), all_states(&[0.0; 3]));
+        assert!(series(&samples, names::PRODUCER_RATE_LIMIT)[""].is_nan());
+        for (name, labels, _) in &samples {
+            assert_eq!(
+                labels.get(names::LABEL_WORKLOAD).map(String::as_str),
+                Some("orders-api"),
+                "{name} lacks the workload label"
+            );
+            let keys: BTreeSet<&str> = labels.keys().map(String::as_str).collect();
+            let labelled = name == names::PRODUCER_STATE || name == names::PRODUCER_REFUSED_TOTAL;
+            let want: BTreeSet<&str> = if labelled {
+                [names::LABEL_WORKLOAD, names::LABEL_STATE].into()
+            } else {
+                [names::LABEL_WORKLOAD].into()
+            };
+            assert_eq!(keys, want, "{name}");
+        }
+
+        assert_eq!(gate.try_admit(), Admission::Admitted);
+        let throttled = ProducerConfig {
+            generation: 1,
+            state: GateState::Throttled,
+            rate_per_second: Some(2.5),
+            ..ProducerConfig::default()
+        }
+        .with_hash();
+        gate.apply(throttled, Origin::Push).unwrap();
+        assert_eq!(gate.try_admit(), Admission::Admitted);
+        assert!(matches!(gate.try_admit(), Admission::RetryAfter(_)));
+        let samples = parse(&m.encode());
+        assert_eq!(series(&samples, names::PRODUCER_STATE), all_states(&[0.0, 1.0, 0.0]));
+        assert_eq!(series(&samples, names::PRODUCER_REFUSED_TOTAL), all_states(&[0.0, 1.0, 0.0]));
+        assert_eq!(series(&samples, names::PRODUCER_RATE_LIMIT)[""], 2.5);
+        assert_eq!(series(&samples, names::PRODUCER_ADMITTED_TOTAL)[""], 2.0);
+
+        let paused = ProducerConfig {
+            generation: 2,
+            state: GateState::Paused,
+            ..ProducerConfig::default()
+        }
+        .with_hash();
+        gate.apply(paused, Origin::Push).unwrap();
+        assert!(matches!(gate.try_admit(), Admission::RetryAfter(_)));
+        let samples = parse(&m.encode());
+        assert_eq!(series(&samples, names::PRODUCER_STATE), all_states(&[0.0, 0.0, 1.0]));
+        assert_eq!(series(&samples, names::PRODUCER_REFUSED_TOTAL), all_states(&[0.0, 1.0, 1.0]));
+        assert!(series(&samples, names::PRODUCER_RATE_LIMIT)[""].is_nan());
+
+        // A pod that is both exports both, the worker's unchanged.
+        let both = Metrics::with_parts("stage-2", Parts::BOTH, |_| {});
+        let samples = parse(&both.encode());
+        let seen: BTreeSet<&str> = samples.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert!(seen.contains(names::PERMITS) && seen.contains(names::PRODUCER_STATE), "{seen:?}");
+        assert_eq!(
+            samples.iter().filter(|(n, _, _)| n == names::PRODUCER_STATE).count(),
+            GateState::ALL.len()
+        );
+    }
+
     #[test]
     fn extra_metrics_share_the_registry_and_label() {
         let m = Metrics::with_registry("w", |r| {
