@@ -474,7 +474,10 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(names_seen, expected, "a producer pod exports no worker metrics");
+        assert_eq!(
+            names_seen, expected,
+            "a producer pod exports no worker metrics"
+        );
         // Every series from the start: one per state for the labelled families.
         let series = |samples: &[(String, BTreeMap<String, String>, f64)], name: &str| {
             samples
@@ -490,8 +493,14 @@ mod tests {
                 .map(|(s, v)| (s.as_str().to_owned(), *v))
                 .collect::<BTreeMap<String, f64>>()
         };
-        assert_eq!(series(&samples, names::PRODUCER_STATE), all_states(&[1.0, 0.0, 0.0]));
-        assert_eq!(series(&samples, names::PRODUCER_REFUSED_TOTAL), all_states(&[0.0; 3]));
+        assert_eq!(
+            series(&samples, names::PRODUCER_STATE),
+            all_states(&[1.0, 0.0, 0.0])
+        );
+        assert_eq!(
+            series(&samples, names::PRODUCER_REFUSED_TOTAL),
+            all_states(&[0.0; 3])
+        );
         assert!(series(&samples, names::PRODUCER_RATE_LIMIT)[""].is_nan());
         for (name, labels, _) in &samples {
             assert_eq!(
@@ -521,8 +530,14 @@ mod tests {
         assert_eq!(gate.try_admit(), Admission::Admitted);
         assert!(matches!(gate.try_admit(), Admission::RetryAfter(_)));
         let samples = parse(&m.encode());
-        assert_eq!(series(&samples, names::PRODUCER_STATE), all_states(&[0.0, 1.0, 0.0]));
-        assert_eq!(series(&samples, names::PRODUCER_REFUSED_TOTAL), all_states(&[0.0, 1.0, 0.0]));
+        assert_eq!(
+            series(&samples, names::PRODUCER_STATE),
+            all_states(&[0.0, 1.0, 0.0])
+        );
+        assert_eq!(
+            series(&samples, names::PRODUCER_REFUSED_TOTAL),
+            all_states(&[0.0, 1.0, 0.0])
+        );
         assert_eq!(series(&samples, names::PRODUCER_RATE_LIMIT)[""], 2.5);
         assert_eq!(series(&samples, names::PRODUCER_ADMITTED_TOTAL)[""], 2.0);
 
@@ -535,17 +550,29 @@ mod tests {
         gate.apply(paused, Origin::Push).unwrap();
         assert!(matches!(gate.try_admit(), Admission::RetryAfter(_)));
         let samples = parse(&m.encode());
-        assert_eq!(series(&samples, names::PRODUCER_STATE), all_states(&[0.0, 0.0, 1.0]));
-        assert_eq!(series(&samples, names::PRODUCER_REFUSED_TOTAL), all_states(&[0.0, 1.0, 1.0]));
+        assert_eq!(
+            series(&samples, names::PRODUCER_STATE),
+            all_states(&[0.0, 0.0, 1.0])
+        );
+        assert_eq!(
+            series(&samples, names::PRODUCER_REFUSED_TOTAL),
+            all_states(&[0.0, 1.0, 1.0])
+        );
         assert!(series(&samples, names::PRODUCER_RATE_LIMIT)[""].is_nan());
 
         // A pod that is both exports both, the worker's unchanged.
         let both = Metrics::with_parts("stage-2", Parts::BOTH, |_| {});
         let samples = parse(&both.encode());
         let seen: BTreeSet<&str> = samples.iter().map(|(n, _, _)| n.as_str()).collect();
-        assert!(seen.contains(names::PERMITS) && seen.contains(names::PRODUCER_STATE), "{seen:?}");
+        assert!(
+            seen.contains(names::PERMITS) && seen.contains(names::PRODUCER_STATE),
+            "{seen:?}"
+        );
         assert_eq!(
-            samples.iter().filter(|(n, _, _)| n == names::PRODUCER_STATE).count(),
+            samples
+                .iter()
+                .filter(|(n, _, _)| n == names::PRODUCER_STATE)
+                .count(),
             GateState::ALL.len()
         );
     }

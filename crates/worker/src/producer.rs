@@ -333,12 +333,25 @@ impl ProducerGate {
     /// dropping the future admits nothing and takes no token.
     pub async fn admit(&self) {
         let mut changed = self.inner.changed.subscribe();
-        let (first, state) = self.take(Instant::now());
+        let turn = self.inner.queue.try_lock().ok();
+        let (first, state) = {
+            let mut b = self.bucket();
+            // With callers already waiting, a newcomer passes at once only when the gate is
+            // open (that takes no token): a token goes to the first waiter.
+            if turn.is_some() || b.state == GateState::Open {
+                (b.take(Instant::now()), b.state)
+            } else {
+                (Admission::RetryAfter(Duration::ZERO), b.state)
+            }
+        };
         self.count(first, state);
         if first == Admission::Admitted {
             return;
         }
-        let _turn = self.inner.queue.lock().await;
+        let _turn = match turn {
+            Some(turn) => turn,
+            None => self.inner.queue.lock().await,
+        };
         loop {
             // Marked seen before looking, so a document installed after the look wakes us.
             changed.borrow_and_update();

@@ -401,7 +401,11 @@ impl Admin {
     /// The pusher's identity, or the refusal: the failure limit first (429), then the bearer
     /// token (401), the verifier (401, 503) and the allowed identities (403). Every failure
     /// but an unavailable verifier is charged to the source.
-    async fn authenticate<B>(&self, req: &Request<B>, endpoint: Endpoint) -> Result<Identity, Reply> {
+    async fn authenticate<B>(
+        &self,
+        req: &Request<B>,
+        endpoint: Endpoint,
+    ) -> Result<Identity, Reply> {
         let verifier = match endpoint {
             Endpoint::Producer if self.verifier.is_some() => {
                 self.producer_verifier.as_ref().or(self.verifier.as_ref())

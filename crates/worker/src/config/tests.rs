@@ -178,7 +178,12 @@ async fn file_rewritten_in_place_is_hot_reloaded() {
 /// temporary `..data_tmp` symlink to it renamed over `..data` (atomic), the old directory removed.
 fn kubelet_update(dir: &Path, stamp: &str, cfg: &WorkerConfig) {
     use backpressure_api::wire::CONFIG_FILE_NAME;
-    kubelet_update_file(dir, stamp, CONFIG_FILE_NAME, &serde_json::to_vec(cfg).unwrap());
+    kubelet_update_file(
+        dir,
+        stamp,
+        CONFIG_FILE_NAME,
+        &serde_json::to_vec(cfg).unwrap(),
+    );
 }
 
 /// [`kubelet_update`] of any file of the ConfigMap.

@@ -237,12 +237,7 @@ async fn paused_try_admit_hands_back_the_retry_after_of_the_document() {
 async fn a_paused_admit_sleeps_without_polling_until_a_push_opens_the_gate() {
     let (gate, metrics) = gate();
     let admin = producer_admin(&gate, &metrics);
-    let (status, text) = push(
-        &admin,
-        Some("good"),
-        json(&doc(1, GateState::Paused, None)),
-    )
-    .await;
+    let (status, text) = push(&admin, Some("good"), json(&doc(1, GateState::Paused, None))).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let (waiter, polls) = spawn_admit(&gate);
     // An hour passes: the waiter is not admitted, and was not woken to look again.
@@ -331,7 +326,10 @@ async fn a_stale_generation_is_refused_with_409_and_leaves_the_state() {
     );
     let (status, text) = call(&admin, "GET", PRODUCER_PATH, None, vec![]).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(serde_json::from_str::<ConfigAck>(&text).unwrap(), ack_of(&paused));
+    assert_eq!(
+        serde_json::from_str::<ConfigAck>(&text).unwrap(),
+        ack_of(&paused)
+    );
     waiter.abort();
 }
 
@@ -385,7 +383,8 @@ async fn a_document_with_a_bad_field_is_refused_with_400_naming_the_field() {
     };
     let mut no_rate = serde_json::to_value(unhashed(doc(4, GateState::Throttled, None))).unwrap();
     no_rate.as_object_mut().unwrap().remove("ratePerSecond");
-    let mut negative = serde_json::to_value(unhashed(doc(4, GateState::Throttled, Some(1.0)))).unwrap();
+    let mut negative =
+        serde_json::to_value(unhashed(doc(4, GateState::Throttled, Some(1.0)))).unwrap();
     negative["ratePerSecond"] = serde_json::json!(-3.0);
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (serde_json::to_vec(&no_rate).unwrap(), "ratePerSecond"),
@@ -450,7 +449,8 @@ async fn failed_authentications_on_either_endpoint_share_one_limit() {
         let (status, _) = put_from(&admin, CONFIG_PATH, attacker, Some("forged"), vec![]).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
     }
-    let (status, retry) = put_from(&admin, PRODUCER_PATH, attacker, Some("good"), open.clone()).await;
+    let (status, retry) =
+        put_from(&admin, PRODUCER_PATH, attacker, Some("good"), open.clone()).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry.as_deref(), Some("2"));
     assert_eq!(gate.state(), GateState::Open);
@@ -472,7 +472,10 @@ async fn each_pod_serves_the_documents_it_runs() {
     }
     let (status, text) = call(&producer, "GET", PRODUCER_PATH, None, vec![]).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(serde_json::from_str::<ConfigAck>(&text).unwrap(), gate.ack());
+    assert_eq!(
+        serde_json::from_str::<ConfigAck>(&text).unwrap(),
+        gate.ack()
+    );
     assert_eq!(
         call(&producer, "POST", PRODUCER_PATH, None, vec![]).await.0,
         StatusCode::METHOD_NOT_ALLOWED
@@ -497,7 +500,9 @@ async fn each_pod_serves_the_documents_it_runs() {
         .with_producer(gate.clone())
         .with_verifier(tokens(), [OPERATOR.to_owned()]);
     assert_eq!(
-        call(&both, "PUT", PRODUCER_PATH, Some("good"), body).await.0,
+        call(&both, "PUT", PRODUCER_PATH, Some("good"), body)
+            .await
+            .0,
         StatusCode::OK
     );
     assert_eq!(gate.state(), GateState::Paused);
@@ -526,7 +531,10 @@ async fn each_pod_serves_the_documents_it_runs() {
 async fn a_producer_verifier_checks_producer_pushes_only() {
     let (gate, _) = gate();
     let worker_tokens = Arc::new(StaticTokens(HashMap::from([("worker-aud", Ok(OPERATOR))])));
-    let producer_tokens = Arc::new(StaticTokens(HashMap::from([("producer-aud", Ok(OPERATOR))])));
+    let producer_tokens = Arc::new(StaticTokens(HashMap::from([(
+        "producer-aud",
+        Ok(OPERATOR),
+    )])));
     let admin = Admin::new(worker_state(), None)
         .with_producer(gate.clone())
         .with_verifier(worker_tokens, [OPERATOR.to_owned()])
@@ -551,13 +559,21 @@ async fn a_producer_verifier_checks_producer_pushes_only() {
     )
     .unwrap();
     assert_eq!(
-        call(&admin, "PUT", CONFIG_PATH, Some("producer-aud"), cfg.clone())
-            .await
-            .0,
+        call(
+            &admin,
+            "PUT",
+            CONFIG_PATH,
+            Some("producer-aud"),
+            cfg.clone()
+        )
+        .await
+        .0,
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(
-        call(&admin, "PUT", CONFIG_PATH, Some("worker-aud"), cfg).await.0,
+        call(&admin, "PUT", CONFIG_PATH, Some("worker-aud"), cfg)
+            .await
+            .0,
         StatusCode::OK
     );
 }
@@ -578,15 +594,19 @@ async fn the_mounted_producer_state_is_hot_reloaded() {
     let (gate, _) = gate();
     let path = dir.path().join(PRODUCER_FILE_NAME);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(
-        FileWatcher::new(gate.clone(), &path).run(Duration::from_millis(20), async move {
+    tokio::spawn(FileWatcher::new(gate.clone(), &path).run(
+        Duration::from_millis(20),
+        async move {
             let _ = stopped.await;
-        }),
-    );
+        },
+    ));
     let update = |stamp: &str, bytes: Vec<u8>| {
         kubelet_update_file(dir.path(), stamp, PRODUCER_FILE_NAME, &bytes);
     };
-    update("..2024_01_01_00_00_00.1", json(&doc(1, GateState::Paused, None)));
+    update(
+        "..2024_01_01_00_00_00.1",
+        json(&doc(1, GateState::Paused, None)),
+    );
     wait_for(&gate, 1).await;
     assert_eq!(gate.state(), GateState::Paused);
     assert_eq!(gate.origin(), Origin::File);
@@ -597,12 +617,18 @@ async fn the_mounted_producer_state_is_hot_reloaded() {
     wait_for(&gate, 2).await;
     assert_eq!(gate.state(), GateState::Throttled);
     // An older or invalid file is refused; the running state stays.
-    update("..2024_01_01_00_02_00.3", json(&doc(1, GateState::Open, None)));
+    update(
+        "..2024_01_01_00_02_00.3",
+        json(&doc(1, GateState::Open, None)),
+    );
     update("..2024_01_01_00_03_00.4", b"{\"state\": \"Open\"}".to_vec());
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(gate.ack().generation, 2);
     assert_eq!(gate.state(), GateState::Throttled);
-    update("..2024_01_01_00_04_00.5", json(&doc(3, GateState::Open, None)));
+    update(
+        "..2024_01_01_00_04_00.5",
+        json(&doc(3, GateState::Open, None)),
+    );
     wait_for(&gate, 3).await;
     assert_eq!(gate.state(), GateState::Open);
     let _ = stop.send(());
