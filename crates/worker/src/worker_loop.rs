@@ -47,6 +47,13 @@ pub trait Source: Send + Sync + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// Receives up to `max` messages; may wait a bounded time and return none.
+    ///
+    /// `max` is the worker's free permits (never a fixed batch), so a source that returns at
+    /// most `max` and buffers nothing ahead keeps the messages a worker holds unacknowledged
+    /// within its permits, and a held worker (no permits) fetches nothing: the backlog stays in
+    /// the broker. Ask the broker for exactly `max`: Redis Streams `XREADGROUP COUNT max`, SQS
+    /// `MaxNumberOfMessages = min(max, 10)`, RabbitMQ `basic.get` or a `basic.qos` prefetch no
+    /// larger than the permits, not a client-side prefetch buffer.
     fn poll(
         &self,
         max: u32,
