@@ -244,14 +244,18 @@ pub struct ConfigAck {
     pub generation: i64,
 }
 
-/// Why a configuration document was refused. Each variant names the offending field.
+/// Why a document ([`WorkerConfig`] or [`ProducerConfig`]) was refused. Each variant names
+/// the offending field. The messages name no document kind: the same errors come back from
+/// `PUT` [`CONFIG_PATH`] and `PUT` [`PRODUCER_PATH`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
-    /// Not JSON, or not the shape of [`WorkerConfig`].
-    #[error("malformed worker config: {0}")]
+    /// Not JSON, or not the shape of the document.
+    #[error("malformed document: {0}")]
     Malformed(String),
-    /// A version this worker does not speak.
-    #[error("unsupported version {0:?}: expected {WIRE_VERSION:?}")]
+    /// A version this receiver does not speak.
+    #[error(
+        "unsupported version {0:?}: expected {WIRE_VERSION:?} (worker config) or {PRODUCER_WIRE_VERSION:?} (producer state)"
+    )]
     Version(String),
     /// A field out of range.
     #[error("invalid worker config field {field}: {reason}")]
@@ -270,7 +274,7 @@ pub enum ConfigError {
         computed: String,
     },
     /// Larger than [`MAX_PAYLOAD_BYTES`].
-    #[error("worker config of {0} bytes exceeds the limit of {MAX_PAYLOAD_BYTES} bytes")]
+    #[error("document of {0} bytes exceeds the limit of {MAX_PAYLOAD_BYTES} bytes")]
     TooLarge(usize),
 }
 
@@ -768,7 +772,7 @@ mod tests {
                             ConfigError::Field { field: f, .. } => {
                                 prop_assert!(f.starts_with(field) || field == "hash" || field == "generation" || *f == "probeMaxMs", "{field}: {msg}");
                             }
-                            ConfigError::Malformed(_) => prop_assert!(msg.starts_with("malformed worker config")),
+                            ConfigError::Malformed(_) => prop_assert!(msg.starts_with("malformed document")),
                             ConfigError::Version(_) => prop_assert_eq!(field, "version"),
                             ConfigError::Hash { .. } => prop_assert!(!drop_hash || field == "hash"),
                             ConfigError::TooLarge(_) => prop_assert!(bytes.len() > MAX_PAYLOAD_BYTES),

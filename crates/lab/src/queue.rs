@@ -565,4 +565,60 @@ mod tests {
         server.stop();
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    /// Issue 17, item 4: `fetch(max)` hands a consumer at most `max` messages, reclaimed and new
+    /// together (`XAUTOCLAIM COUNT` then `XREADGROUP COUNT` of what is left), so a worker that
+    /// asks for its free permits holds no more than its permits. The name keeps it with the
+    /// other real-Redis test (skipped by `make unit`).
+    #[tokio::test]
+    async fn real_redis_semantics_fetch_never_hands_out_more_than_asked() {
+        let dir = std::env::temp_dir().join(format!("bp-lab-fetch-{}", std::process::id()));
+        let mut server = RedisServer::start(&dir).unwrap();
+        let q = Queue::connect(&server.url(), "f", Duration::from_millis(200), 5)
+            .await
+            .unwrap();
+        q.create().await.unwrap();
+        q.produce(&(0..20).map(|i| format!("m{i}")).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let pending = |consumer: &'static str| {
+            let q = q.clone();
+            async move {
+                let mut c = q.conn.clone();
+                let v: Vec<Value> = redis::cmd("XPENDING")
+                    .arg(q.stream_key())
+                    .arg(GROUP)
+                    .arg("-")
+                    .arg("+")
+                    .arg(100)
+                    .arg(consumer)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                v.len()
+            }
+        };
+        let first = q.fetch("a", 3).await.unwrap();
+        assert_eq!(first.len(), 3);
+        assert_eq!(pending("a").await, 3);
+        for d in &first {
+            q.nack(&d.id).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Three are due for redelivery; asking for two gets two, not three.
+        let two = q.fetch("b", 2).await.unwrap();
+        assert_eq!(two.len(), 2, "{two:?}");
+        assert_eq!(pending("b").await, 2);
+        // One reclaimed and four new: five, as asked.
+        let five = q.fetch("b", 5).await.unwrap();
+        assert_eq!(five.len(), 5, "{five:?}");
+        assert_eq!(five.iter().filter(|d| d.deliveries == 2).count(), 1);
+        assert_eq!(pending("b").await, 7);
+        assert!(q.fetch("b", 0).await.unwrap().is_empty());
+        assert_eq!(pending("b").await, 7);
+        let s = q.stats().await.unwrap();
+        assert_eq!(s.undelivered, 13, "{s:?}");
+        server.stop();
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

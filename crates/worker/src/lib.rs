@@ -19,7 +19,10 @@
 //! - [`config`]: applies a `WorkerConfig` at runtime from a watched file and from authenticated
 //!   pushes to the admin port (TokenReview, cargo feature `kube`, on by default);
 //! - [`worker_loop`]: a poll/process/ack loop over a [`Source`](worker_loop::Source) and a
-//!   [`Handler`](worker_loop::Handler).
+//!   [`Handler`](worker_loop::Handler);
+//! - [`producer`]: the other end of the queue, the [`ProducerGate`](producer::ProducerGate) a
+//!   producer passes before every send, so the operator can pause or throttle it while the
+//!   queue is above its high watermark (pushed to the same admin server, or read from a file).
 //!
 //! How to choose the set point and the reaction size (and size the DLQ):
 //! `docs/choosing-s-and-n.md` in this crate.
@@ -77,4 +80,5 @@ pub mod config;
 pub mod controller;
 pub mod metrics;
 pub mod permits;
+pub mod producer;
 pub mod worker_loop;

@@ -1,6 +1,11 @@
 //! Prometheus metrics of the wire contract ([`backpressure_api::wire::metrics`]), every series
 //! labelled with the workload name.
 //!
+//! A registry exposes the worker's metrics, the producer gate's
+//! ([`crate::producer::ProducerGate`]) or both ([`Parts`]): a producer-only pod does not export
+//! permits and backoff it does not have, and a worker does not export a gate it does not run.
+//! Every family has a fixed set of series (the producer ones one per [`GateState::ALL`]).
+//!
 //! ```
 //! use backpressure_worker::metrics::Metrics;
 //!
@@ -15,6 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use backpressure_api::wire::GateState;
 use backpressure_api::wire::metrics as names;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -25,6 +31,52 @@ use crate::controller::{Algorithm, Outcome};
 
 type ClassLabels = [(&'static str, &'static str); 1];
 type ConfigLabels = [(&'static str, String); 2];
+type StateLabels = [(&'static str, &'static str); 1];
+
+/// Which metric families a registry exposes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parts {
+    /// The worker's: backoff, failure floor, permits, in flight, outcomes, probes, config info.
+    pub worker: bool,
+    /// The producer gate's: admitted, refused, state, rate limit.
+    pub producer: bool,
+}
+
+impl Parts {
+    /// A worker pod.
+    pub const WORKER: Parts = Parts {
+        worker: true,
+        producer: false,
+    };
+    /// A producer pod that processes no messages.
+    pub const PRODUCER: Parts = Parts {
+        worker: false,
+        producer: true,
+    };
+    /// A pod that is both (a pipeline stage: a worker of one queue, a producer of the next).
+    pub const BOTH: Parts = Parts {
+        worker: true,
+        producer: true,
+    };
+}
+
+/// The index of `state` in [`GateState::ALL`].
+fn state_index(state: GateState) -> usize {
+    match state {
+        GateState::Open => 0,
+        GateState::Throttled => 1,
+        GateState::Paused => 2,
+    }
+}
+
+/// The producer gate's series.
+#[derive(Clone)]
+struct ProducerSeries {
+    admitted: Counter,
+    refused: [Counter; 3],
+    state: [Gauge; 3],
+    rate_limit: Gauge<f64, AtomicU64>,
+}
 
 /// The worker's metrics and the registry that exposes them. Cheap to clone (shared atomics).
 #[derive(Clone)]
@@ -37,6 +89,7 @@ pub struct Metrics {
     outcomes: [Counter; 3],
     probes: Counter,
     config_info: Family<ConfigLabels, Gauge>,
+    producer: ProducerSeries,
 }
 
 impl fmt::Debug for Metrics {
@@ -55,77 +108,134 @@ fn counter_name(full: &'static str) -> &'static str {
 }
 
 impl Metrics {
-    /// Metrics for `workload` in a registry of their own.
+    /// A worker's metrics for `workload` in a registry of their own.
     pub fn new(workload: &str) -> Self {
         Self::with_registry(workload, |_| {})
     }
 
-    /// Metrics for `workload`; `extra` may register further metrics of the application in the
-    /// same registry (they get the workload label too).
+    /// A producer pod's metrics (the producer gate's only) for `workload`, the producer
+    /// workload's name.
+    pub fn producer(workload: &str) -> Self {
+        Self::with_parts(workload, Parts::PRODUCER, |_| {})
+    }
+
+    /// A worker's metrics for `workload`; `extra` may register further metrics of the
+    /// application in the same registry (they get the workload label too).
     pub fn with_registry(workload: &str, extra: impl FnOnce(&mut Registry)) -> Self {
+        Self::with_parts(workload, Parts::WORKER, extra)
+    }
+
+    /// The `parts` for `workload`, and `extra` metrics of the application (see
+    /// [`Metrics::with_registry`]). The setters of a part not exposed still work; their series
+    /// are just not exported.
+    pub fn with_parts(workload: &str, parts: Parts, extra: impl FnOnce(&mut Registry)) -> Self {
         let labels = [(
             Cow::Borrowed(names::LABEL_WORKLOAD),
             Cow::Owned(workload.to_owned()),
         )];
         let mut registry = Registry::with_labels(labels.into_iter());
-        let backoff = Gauge::<f64, AtomicU64>::default();
-        let failure_floor = Gauge::<f64, AtomicU64>::default();
-        let permits = Gauge::default();
-        let in_flight = Gauge::default();
+        // Each labelled series is created once, here, and kept: the families' sets of series
+        // are fixed whatever happens later.
         let outcome_family = Family::<ClassLabels, Counter>::default();
-        let probes = Counter::default();
-        let config_info = Family::<ConfigLabels, Gauge>::default();
+        let refused_family = Family::<StateLabels, Counter>::default();
+        let state_family = Family::<StateLabels, Gauge>::default();
+        let by_state = |s: GateState| [(names::LABEL_STATE, s.as_str())];
+        let mut metrics = Metrics {
+            registry: Arc::new(Registry::default()),
+            backoff: Gauge::default(),
+            failure_floor: Gauge::default(),
+            permits: Gauge::default(),
+            in_flight: Gauge::default(),
+            outcomes: Outcome::ALL.map(|o| {
+                outcome_family
+                    .get_or_create(&[(names::LABEL_CLASS, o.class())])
+                    .clone()
+            }),
+            probes: Counter::default(),
+            config_info: Family::default(),
+            producer: ProducerSeries {
+                admitted: Counter::default(),
+                refused: GateState::ALL.map(|s| refused_family.get_or_create(&by_state(s)).clone()),
+                state: GateState::ALL.map(|s| state_family.get_or_create(&by_state(s)).clone()),
+                rate_limit: Gauge::default(),
+            },
+        };
+        metrics.set_producer_state(GateState::Open, None);
+        if parts.worker {
+            metrics.register_worker(&mut registry, outcome_family);
+        }
+        if parts.producer {
+            metrics.register_producer(&mut registry, refused_family, state_family);
+        }
+        extra(&mut registry);
+        metrics.registry = Arc::new(registry);
+        metrics
+    }
+
+    fn register_worker(&self, registry: &mut Registry, outcomes: Family<ClassLabels, Counter>) {
         registry.register(
             names::BACKOFF,
             "Backoff factor of the worker's backpressure controller, in [0,1]",
-            backoff.clone(),
+            self.backoff.clone(),
         );
         registry.register(
             names::FAILURE_FLOOR,
             "Share of dependency calls the worker found to fail whatever its concurrency, in [0,1]",
-            failure_floor.clone(),
+            self.failure_floor.clone(),
         );
         registry.register(
             names::PERMITS,
             "Messages the worker may process at once right now",
-            permits.clone(),
+            self.permits.clone(),
         );
         registry.register(
             names::IN_FLIGHT,
             "Messages being processed",
-            in_flight.clone(),
+            self.in_flight.clone(),
         );
         registry.register(
             counter_name(names::OUTCOMES_TOTAL),
             "Message outcomes by class",
-            outcome_family.clone(),
+            outcomes,
         );
         registry.register(
             counter_name(names::PROBES_TOTAL),
             "Probes sent while fully backed off",
-            probes.clone(),
+            self.probes.clone(),
         );
         registry.register(
             names::CONFIG_INFO,
             "The running worker configuration (value 1)",
-            config_info.clone(),
+            self.config_info.clone(),
         );
-        extra(&mut registry);
-        let outcomes = Outcome::ALL.map(|o| {
-            outcome_family
-                .get_or_create(&[(names::LABEL_CLASS, o.class())])
-                .clone()
-        });
-        Metrics {
-            registry: Arc::new(registry),
-            backoff,
-            failure_floor,
-            permits,
-            in_flight,
-            outcomes,
-            probes,
-            config_info,
-        }
+    }
+
+    fn register_producer(
+        &self,
+        registry: &mut Registry,
+        refused: Family<StateLabels, Counter>,
+        state: Family<StateLabels, Gauge>,
+    ) {
+        registry.register(
+            counter_name(names::PRODUCER_ADMITTED_TOTAL),
+            "Messages the producer gate admitted",
+            self.producer.admitted.clone(),
+        );
+        registry.register(
+            counter_name(names::PRODUCER_REFUSED_TOTAL),
+            "Admissions the producer gate refused (the caller waited or got a retry-after; nothing is dropped), by gate state",
+            refused,
+        );
+        registry.register(
+            names::PRODUCER_STATE,
+            "The producer gate's state: 1 for the state running, 0 for the others",
+            state,
+        );
+        registry.register(
+            names::PRODUCER_RATE_LIMIT,
+            "Messages per second the producer gate admits while throttled (NaN otherwise)",
+            self.producer.rate_limit.clone(),
+        );
     }
 
     /// Sets the backoff gauge.
@@ -168,6 +278,39 @@ impl Metrics {
                 (names::LABEL_ALGORITHM, algorithm_name(algorithm).to_owned()),
             ])
             .set(1);
+    }
+
+    /// Counts one message the producer gate admitted.
+    pub fn record_producer_admitted(&self) {
+        self.producer.admitted.inc();
+    }
+
+    /// Counts one admission the producer gate refused while in `state`.
+    pub fn record_producer_refused(&self, state: GateState) {
+        self.producer.refused[state_index(state)].inc();
+    }
+
+    /// Sets the producer gate's state gauges (1 for `state`, 0 for the others) and its rate
+    /// limit (NaN unless throttled).
+    pub fn set_producer_state(&self, state: GateState, rate_per_second: Option<f64>) {
+        for s in GateState::ALL {
+            self.producer.state[state_index(s)].set(i64::from(s == state));
+        }
+        let rate = match (state, rate_per_second) {
+            (GateState::Throttled, Some(r)) => r,
+            _ => f64::NAN,
+        };
+        self.producer.rate_limit.set(rate);
+    }
+
+    /// Messages the producer gate admitted so far.
+    pub fn producer_admitted_count(&self) -> u64 {
+        self.producer.admitted.get()
+    }
+
+    /// Admissions the producer gate refused in `state` so far.
+    pub fn producer_refused_count(&self, state: GateState) -> u64 {
+        self.producer.refused[state_index(state)].get()
     }
 
     /// The outcome count of a class so far.
@@ -310,6 +453,128 @@ mod tests {
                 assert_eq!(keys, want);
             }
         }
+    }
+
+    #[tokio::test]
+    async fn the_producer_gate_exports_fixed_series_with_the_wire_names_and_labels() {
+        use backpressure_api::wire::ProducerConfig;
+
+        use crate::config::Origin;
+        use crate::producer::{Admission, ProducerGate};
+
+        let m = Metrics::producer("orders-api");
+        let gate = ProducerGate::new(Some(m.clone()));
+        let samples = parse(&m.encode());
+        let names_seen: BTreeSet<&str> = samples.iter().map(|(n, _, _)| n.as_str()).collect();
+        let expected: BTreeSet<&str> = [
+            names::PRODUCER_ADMITTED_TOTAL,
+            names::PRODUCER_REFUSED_TOTAL,
+            names::PRODUCER_STATE,
+            names::PRODUCER_RATE_LIMIT,
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            names_seen, expected,
+            "a producer pod exports no worker metrics"
+        );
+        // Every series from the start: one per state for the labelled families.
+        let series = |samples: &[(String, BTreeMap<String, String>, f64)], name: &str| {
+            samples
+                .iter()
+                .filter(|(n, _, _)| n == name)
+                .map(|(_, l, v)| (l.get(names::LABEL_STATE).cloned().unwrap_or_default(), *v))
+                .collect::<BTreeMap<String, f64>>()
+        };
+        let all_states = |values: &[f64; 3]| {
+            GateState::ALL
+                .iter()
+                .zip(values)
+                .map(|(s, v)| (s.as_str().to_owned(), *v))
+                .collect::<BTreeMap<String, f64>>()
+        };
+        assert_eq!(
+            series(&samples, names::PRODUCER_STATE),
+            all_states(&[1.0, 0.0, 0.0])
+        );
+        assert_eq!(
+            series(&samples, names::PRODUCER_REFUSED_TOTAL),
+            all_states(&[0.0; 3])
+        );
+        assert!(series(&samples, names::PRODUCER_RATE_LIMIT)[""].is_nan());
+        for (name, labels, _) in &samples {
+            assert_eq!(
+                labels.get(names::LABEL_WORKLOAD).map(String::as_str),
+                Some("orders-api"),
+                "{name} lacks the workload label"
+            );
+            let keys: BTreeSet<&str> = labels.keys().map(String::as_str).collect();
+            let labelled = name == names::PRODUCER_STATE || name == names::PRODUCER_REFUSED_TOTAL;
+            let want: BTreeSet<&str> = if labelled {
+                [names::LABEL_WORKLOAD, names::LABEL_STATE].into()
+            } else {
+                [names::LABEL_WORKLOAD].into()
+            };
+            assert_eq!(keys, want, "{name}");
+        }
+
+        assert_eq!(gate.try_admit(), Admission::Admitted);
+        let throttled = ProducerConfig {
+            generation: 1,
+            state: GateState::Throttled,
+            rate_per_second: Some(2.5),
+            ..ProducerConfig::default()
+        }
+        .with_hash();
+        gate.apply(throttled, Origin::Push).unwrap();
+        assert_eq!(gate.try_admit(), Admission::Admitted);
+        assert!(matches!(gate.try_admit(), Admission::RetryAfter(_)));
+        let samples = parse(&m.encode());
+        assert_eq!(
+            series(&samples, names::PRODUCER_STATE),
+            all_states(&[0.0, 1.0, 0.0])
+        );
+        assert_eq!(
+            series(&samples, names::PRODUCER_REFUSED_TOTAL),
+            all_states(&[0.0, 1.0, 0.0])
+        );
+        assert_eq!(series(&samples, names::PRODUCER_RATE_LIMIT)[""], 2.5);
+        assert_eq!(series(&samples, names::PRODUCER_ADMITTED_TOTAL)[""], 2.0);
+
+        let paused = ProducerConfig {
+            generation: 2,
+            state: GateState::Paused,
+            ..ProducerConfig::default()
+        }
+        .with_hash();
+        gate.apply(paused, Origin::Push).unwrap();
+        assert!(matches!(gate.try_admit(), Admission::RetryAfter(_)));
+        let samples = parse(&m.encode());
+        assert_eq!(
+            series(&samples, names::PRODUCER_STATE),
+            all_states(&[0.0, 0.0, 1.0])
+        );
+        assert_eq!(
+            series(&samples, names::PRODUCER_REFUSED_TOTAL),
+            all_states(&[0.0, 1.0, 1.0])
+        );
+        assert!(series(&samples, names::PRODUCER_RATE_LIMIT)[""].is_nan());
+
+        // A pod that is both exports both, the worker's unchanged.
+        let both = Metrics::with_parts("stage-2", Parts::BOTH, |_| {});
+        let samples = parse(&both.encode());
+        let seen: BTreeSet<&str> = samples.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert!(
+            seen.contains(names::PERMITS) && seen.contains(names::PRODUCER_STATE),
+            "{seen:?}"
+        );
+        assert_eq!(
+            samples
+                .iter()
+                .filter(|(n, _, _)| n == names::PRODUCER_STATE)
+                .count(),
+            GateState::ALL.len()
+        );
     }
 
     #[test]

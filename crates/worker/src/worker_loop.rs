@@ -47,6 +47,13 @@ pub trait Source: Send + Sync + 'static {
     type Error: std::error::Error + Send + Sync + 'static;
 
     /// Receives up to `max` messages; may wait a bounded time and return none.
+    ///
+    /// `max` is the worker's free permits (never a fixed batch), so a source that returns at
+    /// most `max` and buffers nothing ahead keeps the messages a worker holds unacknowledged
+    /// within its permits, and a held worker (no permits) fetches nothing: the backlog stays in
+    /// the broker. Ask the broker for exactly `max`: Redis Streams `XREADGROUP COUNT max`, SQS
+    /// `MaxNumberOfMessages = min(max, 10)`, RabbitMQ `basic.get` or a `basic.qos` prefetch no
+    /// larger than the permits, not a client-side prefetch buffer.
     fn poll(
         &self,
         max: u32,
@@ -651,6 +658,106 @@ mod tests {
         assert_eq!(seen.len(), 3);
         assert!(seen[2].1 - seen[0].1 < Duration::from_secs(1));
         assert_eq!(source.dead_letter_count(), 1);
+    }
+
+    /// A [`MemorySource`] that counts what it has handed out and not had back.
+    struct Tracking {
+        inner: MemorySource<u32>,
+        outstanding: AtomicU32,
+        peak: AtomicU32,
+        largest_ask: AtomicU32,
+        polls: AtomicU32,
+    }
+
+    impl Source for Tracking {
+        type Message = Delivery<u32>;
+        type Error = MemoryError;
+
+        async fn poll(&self, max: u32) -> Result<Vec<Delivery<u32>>, MemoryError> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            self.largest_ask.fetch_max(max, Ordering::SeqCst);
+            let got = self.inner.poll(max).await?;
+            let n = got.len() as u32;
+            let now = self.outstanding.fetch_add(n, Ordering::SeqCst) + n;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            Ok(got)
+        }
+
+        async fn ack(&self, message: Delivery<u32>) -> Result<(), MemoryError> {
+            self.outstanding.fetch_sub(1, Ordering::SeqCst);
+            self.inner.ack(message).await
+        }
+
+        async fn nack(&self, message: Delivery<u32>) -> Result<(), MemoryError> {
+            self.outstanding.fetch_sub(1, Ordering::SeqCst);
+            self.inner.nack(message).await
+        }
+    }
+
+    struct Slow;
+
+    impl Handler<Delivery<u32>> for Slow {
+        async fn handle(&self, _message: &Delivery<u32>) -> Outcome {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Outcome::Success
+        }
+    }
+
+    /// Issue 17, item 4: the loop asks its source for the free permits, not a fixed batch, so a
+    /// worker never holds more unacknowledged messages than its permits (Redis `COUNT`, SQS
+    /// `MaxNumberOfMessages`), and a held worker (brake at 1) polls nothing: the backlog stays
+    /// in the queue, not in the worker's memory.
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_never_holds_more_unacknowledged_messages_than_its_permits() {
+        let source = Arc::new(Tracking {
+            inner: MemorySource::new(5, Duration::from_millis(10)),
+            outstanding: AtomicU32::new(0),
+            peak: AtomicU32::new(0),
+            largest_ask: AtomicU32::new(0),
+            polls: AtomicU32::new(0),
+        });
+        for i in 0..1000 {
+            source.inner.push(i);
+        }
+        let settings = Settings {
+            algorithm: controller::Algorithm::Fixed,
+            max_permits: 4,
+            ..Settings::steady()
+        };
+        let gate = Gate::new(controller::build(settings.clone(), 1));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let worker = WorkerLoop::new(source.clone(), Arc::new(Slow), gate.clone()).max_batch(100);
+        let run = tokio::spawn(worker.run(async move {
+            let _ = stop_rx.await;
+        }));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(source.peak.load(Ordering::SeqCst), 4);
+        assert_eq!(
+            source.largest_ask.load(Ordering::SeqCst),
+            4,
+            "asked for a batch, not the permits"
+        );
+        // Held: the brake takes every permit; what is in flight finishes and nothing more is
+        // fetched.
+        let brake = backpressure_api::wire::BrakeConfig {
+            min_backoff: 1.0,
+            expires_at_unix: None,
+        };
+        gate.apply(settings, Some(&brake), 0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(source.outstanding.load(Ordering::SeqCst), 0);
+        let (polls, depth) = (source.polls.load(Ordering::SeqCst), source.inner.depth());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            source.polls.load(Ordering::SeqCst),
+            polls,
+            "a held worker polled"
+        );
+        assert_eq!(source.inner.depth(), depth);
+        assert!(depth > 900, "{depth}");
+        stop_tx.send(()).unwrap();
+        run.await.unwrap();
+        assert_eq!(source.peak.load(Ordering::SeqCst), 4);
     }
 
     #[tokio::test(start_paused = true)]

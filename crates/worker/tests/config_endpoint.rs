@@ -10,12 +10,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backpressure_api::wire::{CONFIG_PATH, ConfigAck, TOKEN_AUDIENCE, WorkerConfig, push_audience};
+use backpressure_api::wire::{
+    CONFIG_PATH, ConfigAck, GateState, PRODUCER_PATH, ProducerConfig, TOKEN_AUDIENCE, WorkerConfig,
+    push_audience,
+};
 use backpressure_envtest::TestEnv;
 use backpressure_worker::config::ConfigState;
 use backpressure_worker::config::admin::{Admin, FailureLimit};
 use backpressure_worker::config::token::{TokenReviewVerifier, service_account_username};
 use backpressure_worker::metrics::Metrics;
+use backpressure_worker::producer::ProducerGate;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -48,13 +52,18 @@ async fn token(api: &Api<ServiceAccount>, name: &str, audience: &str) -> String 
     answer.status.expect("token request status").token
 }
 
-/// Sends one HTTP/1.1 request and returns the status code and body.
+/// Sends one `PUT` [`CONFIG_PATH`] and returns the status code and body.
 async fn put(addr: SocketAddr, token: Option<&str>, body: &str) -> (u16, String) {
+    put_to(addr, CONFIG_PATH, token, body).await
+}
+
+/// Sends one HTTP/1.1 `PUT path` and returns the status code and body.
+async fn put_to(addr: SocketAddr, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
     let request = format!(
-        "PUT {CONFIG_PATH} HTTP/1.1\r\nHost: worker\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "PUT {path} HTTP/1.1\r\nHost: worker\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -215,4 +224,72 @@ async fn pushes_are_authenticated_with_token_review() {
     let (status, _) = put(addr, Some("not-a-jwt"), &newer).await;
     assert_eq!(status, 401);
     assert_eq!(state.ack(), ack);
+}
+
+/// Issue 17: a producer pod checks pushes of the producer state with a TokenReview for its own
+/// audience, the producer workload's: the operator's token for the workers of the same queue
+/// is worth nothing there, and another ServiceAccount's token for the right audience neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_pushes_are_authenticated_for_the_producer_workload_audience() {
+    let env = TestEnv::shared();
+    let client = env.client().unwrap();
+    let ns = env.namespace("producer-state").await.unwrap();
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    service_account(&sas, "backpressure-operator").await;
+    service_account(&sas, "intruder").await;
+    let ours = push_audience(&ns, "orders-api");
+    let operator_token = token(&sas, "backpressure-operator", &ours).await;
+    let intruder_token = token(&sas, "intruder", &ours).await;
+    let worker_token = token(
+        &sas,
+        "backpressure-operator",
+        &push_audience(&ns, "export-worker"),
+    )
+    .await;
+
+    // A producer-only pod: the gate, no worker config.
+    let metrics = Metrics::producer("orders-api");
+    let gate = ProducerGate::new(Some(metrics.clone()));
+    let admin = Admin::for_producer(gate.clone(), Some(metrics))
+        .with_verifier(
+            Arc::new(TokenReviewVerifier::new(client.clone(), &ns, "orders-api")),
+            [service_account_username(&ns, "backpressure-operator")],
+        )
+        .with_failure_limit(FailureLimit {
+            burst: 1000,
+            refill: Duration::from_secs(1),
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Arc::new(admin).serve(listener, std::future::pending()));
+
+    let paused = ProducerConfig {
+        generation: 2,
+        state: GateState::Paused,
+        ..ProducerConfig::default()
+    }
+    .with_hash();
+    let payload = serde_json::to_string(&paused).unwrap();
+    let initial = gate.ack();
+    for (case, token, want) in [
+        ("the workers' audience", Some(worker_token.as_str()), 401),
+        ("another ServiceAccount", Some(intruder_token.as_str()), 403),
+        ("no token", None, 401),
+        ("not a JWT", Some("not-a-jwt"), 401),
+    ] {
+        let (status, text) = put_to(addr, PRODUCER_PATH, token, &payload).await;
+        assert_eq!(status, want, "{case}: {text}");
+        assert_eq!(gate.ack(), initial, "{case} changed the producer state");
+        assert_eq!(gate.state(), GateState::Open);
+    }
+    // Not a worker: the worker config is not served at all.
+    let (status, _) = put(addr, Some(&operator_token), "{}").await;
+    assert_eq!(status, 404);
+    let (status, text) = put_to(addr, PRODUCER_PATH, Some(&operator_token), &payload).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        serde_json::from_str::<ConfigAck>(&text).unwrap(),
+        gate.ack()
+    );
+    assert_eq!(gate.state(), GateState::Paused);
 }

@@ -6,15 +6,21 @@
 //! audience [`super::push_audience`]`(namespace, producerWorkload)` (the producer workload's own
 //! audience, so a token presented to a worker is worthless at a producer and the other way
 //! round), or the file [`PRODUCER_FILE_NAME`] in the operator's ConfigMap. The answers are the
-//! worker config's: 200 with a [`super::ConfigAck`], 400 invalid (naming the field), 401, 403,
-//! 409 older generation, 413 too large, 429 too many failed authentications. `GET`
-//! [`PRODUCER_PATH`] returns the running ack.
+//! worker config's: 200 with a [`super::ConfigAck`], 400 invalid (naming the field, including
+//! a `generation` more than [`super::MAX_GENERATION_LEAD_MS`] ahead of the producer's clock),
+//! 401, 403, 409 older generation, 413 too large, 429 too many failed authentications. `GET`
+//! [`PRODUCER_PATH`] returns the running ack. A pod that is not a producer answers 404 on
+//! [`PRODUCER_PATH`] (and a producer that is not a worker 404 on [`super::CONFIG_PATH`]).
 //!
 //! The producer honours the document with a gate in front of every send (the worker library's
 //! `ProducerGate`): `Open` admits everything, `Throttled` admits at most `ratePerSecond` per
-//! second (a token bucket holding at most one second of tokens), `Paused` admits nothing. A
+//! second (a token bucket holding at most one second of tokens, and at least one token, so
+//! that a rate below one per second still admits one message every `1 / ratePerSecond`
+//! seconds; `ratePerSecond` 0 admits nothing, like `Paused`), `Paused` admits nothing. A
 //! message not admitted is never dropped by the gate: the caller waits, or gets a retry-after
-//! (`retryAfterMs` while paused) to hand back to its own client.
+//! (`retryAfterMs` while paused or throttled to 0, the time until the next token while
+//! throttled) to hand back to its own client. Before its first document a producer runs
+//! [`ProducerConfig::default`]: `Open`.
 
 use serde::{Deserialize, Serialize};
 

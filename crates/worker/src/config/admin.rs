@@ -1,4 +1,11 @@
-//! The admin HTTP server: `PUT`/`GET` [`CONFIG_PATH`], `GET /metrics`, `GET /healthz`.
+//! The admin HTTP server: `PUT`/`GET` [`CONFIG_PATH`] (a worker), `PUT`/`GET`
+//! [`PRODUCER_PATH`] (a producer), `GET /metrics`, `GET /healthz`.
+//!
+//! A pod serves the worker config ([`Admin::new`]), the producer state
+//! ([`Admin::for_producer`]) or both ([`Admin::with_producer`]: a pipeline stage that consumes
+//! one queue and feeds the next); a path it does not serve answers 404. Both documents go
+//! through the same code: the same authentication (bearer token, [`TokenVerifier`], allowed
+//! identities, [`FailureLimit`]), body limits and status codes.
 //!
 //! Answers follow the wire contract (`backpressure_api::wire`): 200 with a [`ConfigAck`] when a
 //! push is applied or already running, 400 for a malformed or invalid payload, 401 without a
@@ -21,7 +28,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backpressure_api::wire::{CONFIG_PATH, ConfigAck, ConfigError, MAX_PAYLOAD_BYTES};
+use backpressure_api::wire::{
+    CONFIG_PATH, ConfigAck, ConfigError, MAX_PAYLOAD_BYTES, PRODUCER_PATH,
+};
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -31,9 +40,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use super::token::{TokenVerifier, VerifyError};
-use super::{ApplyError, ConfigState, Origin};
+use super::token::{Identity, TokenVerifier, VerifyError};
+use super::{Apply, ApplyError, ConfigState, Origin};
 use crate::metrics::Metrics;
+use crate::producer::ProducerGate;
 
 /// Path of the liveness endpoint.
 pub const HEALTHZ_PATH: &str = "/healthz";
@@ -163,12 +173,16 @@ impl Limiter {
     }
 }
 
-/// The admin endpoint: serves the running config, metrics and health, and accepts pushes from
-/// allowed identities.
+/// The admin endpoint: serves the running worker config and/or producer state, metrics and
+/// health, and accepts pushes from allowed identities.
 pub struct Admin {
-    state: ConfigState,
+    state: Option<ConfigState>,
+    producer: Option<ProducerGate>,
     metrics: Option<Metrics>,
     verifier: Option<Arc<dyn TokenVerifier>>,
+    /// Checks producer pushes instead of `verifier` when the producer workload's audience is
+    /// not the worker's (see [`Admin::with_producer_verifier`]).
+    producer_verifier: Option<Arc<dyn TokenVerifier>>,
     allowed: Vec<String>,
     header_timeout: Duration,
     body_timeout: Duration,
@@ -179,10 +193,18 @@ impl fmt::Debug for Admin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Admin")
             .field("state", &self.state)
+            .field("producer", &self.producer)
             .field("allowed", &self.allowed)
             .field("pushes", &self.verifier.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// Which document a request is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Endpoint {
+    Config,
+    Producer,
 }
 
 type Reply = Response<Full<Bytes>>;
@@ -209,17 +231,54 @@ fn ack_reply(ack: &ConfigAck) -> Reply {
 }
 
 impl Admin {
-    /// An admin endpoint that accepts no pushes (until [`Admin::with_verifier`]).
-    pub fn new(state: ConfigState, metrics: Option<Metrics>) -> Self {
+    fn empty(metrics: Option<Metrics>) -> Self {
         Admin {
-            state,
+            state: None,
+            producer: None,
             metrics,
             verifier: None,
+            producer_verifier: None,
             allowed: Vec::new(),
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             limiter: Limiter::new(FailureLimit::default()),
         }
+    }
+
+    /// A worker's admin endpoint (the worker config on [`CONFIG_PATH`]); it accepts no pushes
+    /// until [`Admin::with_verifier`].
+    pub fn new(state: ConfigState, metrics: Option<Metrics>) -> Self {
+        Admin {
+            state: Some(state),
+            ..Admin::empty(metrics)
+        }
+    }
+
+    /// A producer pod's admin endpoint: the producer state on [`PRODUCER_PATH`], no worker
+    /// config ([`CONFIG_PATH`] answers 404). It accepts no pushes until
+    /// [`Admin::with_verifier`], whose verifier is for the producer workload's audience
+    /// (`push_audience(namespace, producerWorkload)`).
+    pub fn for_producer(gate: ProducerGate, metrics: Option<Metrics>) -> Self {
+        Admin {
+            producer: Some(gate),
+            ..Admin::empty(metrics)
+        }
+    }
+
+    /// Also serves the producer state of `gate` on [`PRODUCER_PATH`], authenticated as the
+    /// worker config (the same verifier, unless [`Admin::with_producer_verifier`]).
+    pub fn with_producer(mut self, gate: ProducerGate) -> Self {
+        self.producer = Some(gate);
+        self
+    }
+
+    /// Checks producer pushes with `verifier` instead of the one of [`Admin::with_verifier`]:
+    /// for a pod that is a worker of one workload and a producer of another, whose tokens
+    /// carry different audiences. Everything else (allowed identities, failure limit) is
+    /// shared. Without [`Admin::with_verifier`] no push is accepted at all.
+    pub fn with_producer_verifier(mut self, verifier: Arc<dyn TokenVerifier>) -> Self {
+        self.producer_verifier = Some(verifier);
+        self
     }
 
     /// The per-source limit on failed authentications (default [`FailureLimit::default`]).
@@ -247,9 +306,29 @@ impl Admin {
         self
     }
 
-    /// The configuration state.
-    pub fn state(&self) -> &ConfigState {
-        &self.state
+    /// The worker configuration state, if this pod is a worker.
+    pub fn state(&self) -> Option<&ConfigState> {
+        self.state.as_ref()
+    }
+
+    /// The producer gate, if this pod is a producer.
+    pub fn producer(&self) -> Option<&ProducerGate> {
+        self.producer.as_ref()
+    }
+
+    /// What `endpoint` applies to, if this pod serves it.
+    fn target(&self, endpoint: Endpoint) -> Option<&dyn Apply> {
+        match endpoint {
+            Endpoint::Config => self.state.as_ref().map(|s| s as &dyn Apply),
+            Endpoint::Producer => self.producer.as_ref().map(|p| p as &dyn Apply),
+        }
+    }
+
+    fn running(&self, endpoint: Endpoint) -> Option<ConfigAck> {
+        match endpoint {
+            Endpoint::Config => self.state.as_ref().map(ConfigState::ack),
+            Endpoint::Producer => self.producer.as_ref().map(ProducerGate::ack),
+        }
     }
 
     /// Answers one request.
@@ -259,31 +338,85 @@ impl Admin {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let path = req.uri().path();
-        match (req.method(), path) {
-            (&Method::GET, HEALTHZ_PATH) => reply(StatusCode::OK, "text/plain", "ok\n"),
-            (&Method::GET, METRICS_PATH) => match &self.metrics {
+        let endpoint = match path {
+            CONFIG_PATH => Some(Endpoint::Config),
+            PRODUCER_PATH => Some(Endpoint::Producer),
+            _ => None,
+        };
+        match (req.method(), path, endpoint) {
+            (&Method::GET, HEALTHZ_PATH, _) => reply(StatusCode::OK, "text/plain", "ok\n"),
+            (&Method::GET, METRICS_PATH, _) => match &self.metrics {
                 Some(m) => reply(StatusCode::OK, OPENMETRICS, m.encode()),
                 None => error(StatusCode::NOT_FOUND, "no metrics registered"),
             },
-            (&Method::GET, CONFIG_PATH) => ack_reply(&self.state.ack()),
-            (&Method::PUT, CONFIG_PATH) => self.push(req).await,
-            (_, HEALTHZ_PATH | METRICS_PATH | CONFIG_PATH) => {
+            (_, _, Some(endpoint)) if self.target(endpoint).is_none() => {
+                let what = match endpoint {
+                    Endpoint::Config => "this pod runs no worker config",
+                    Endpoint::Producer => "this pod runs no producer gate",
+                };
+                error(StatusCode::NOT_FOUND, what)
+            }
+            (&Method::GET, _, Some(endpoint)) => match self.running(endpoint) {
+                Some(ack) => ack_reply(&ack),
+                None => error(StatusCode::NOT_FOUND, "not found"),
+            },
+            (&Method::PUT, _, Some(endpoint)) => self.push(req, endpoint).await,
+            (_, HEALTHZ_PATH | METRICS_PATH, _) | (_, _, Some(_)) => {
                 error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
             }
             _ => error(StatusCode::NOT_FOUND, "not found"),
         }
     }
 
-    async fn push<B>(&self, req: Request<B>) -> Reply
+    /// A push of either document: authenticated, read and applied by the same code.
+    async fn push<B>(&self, req: Request<B>, endpoint: Endpoint) -> Reply
     where
         B: Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let Some(verifier) = &self.verifier else {
-            return error(
+        let Some(target) = self.target(endpoint) else {
+            return error(StatusCode::NOT_FOUND, "not found");
+        };
+        let identity = match self.authenticate(&req, endpoint).await {
+            Ok(identity) => identity,
+            Err(refused) => return refused,
+        };
+        let bytes = match self.read_body(req).await {
+            Ok(bytes) => bytes,
+            Err(refused) => return refused,
+        };
+        match target.apply_bytes(&bytes, Origin::Push) {
+            Ok(ack) => {
+                tracing::info!(user = %identity.username, kind = target.kind(), hash = %ack.hash, generation = ack.generation, "push accepted");
+                ack_reply(&ack)
+            }
+            Err(ApplyError::Invalid(e @ ConfigError::TooLarge(_))) => {
+                error(StatusCode::PAYLOAD_TOO_LARGE, e)
+            }
+            Err(ApplyError::Invalid(e)) => error(StatusCode::BAD_REQUEST, e),
+            Err(e @ ApplyError::Stale { .. }) => error(StatusCode::CONFLICT, e),
+        }
+    }
+
+    /// The pusher's identity, or the refusal: the failure limit first (429), then the bearer
+    /// token (401), the verifier (401, 503) and the allowed identities (403). Every failure
+    /// but an unavailable verifier is charged to the source.
+    async fn authenticate<B>(
+        &self,
+        req: &Request<B>,
+        endpoint: Endpoint,
+    ) -> Result<Identity, Reply> {
+        let verifier = match endpoint {
+            Endpoint::Producer if self.verifier.is_some() => {
+                self.producer_verifier.as_ref().or(self.verifier.as_ref())
+            }
+            _ => self.verifier.as_ref(),
+        };
+        let Some(verifier) = verifier else {
+            return Err(error(
                 StatusCode::UNAUTHORIZED,
-                "configuration pushes are disabled on this worker",
-            );
+                "pushes are disabled on this pod",
+            ));
         };
         let source = req.extensions().get::<SocketAddr>().map(SocketAddr::ip);
         if let Some(wait) = self.limiter.throttled(source) {
@@ -295,62 +428,61 @@ impl Admin {
             if let Ok(v) = http::HeaderValue::from_str(&secs) {
                 r.headers_mut().insert(http::header::RETRY_AFTER, v);
             }
-            return r;
+            return Err(r);
         }
-        let Some(token) = bearer(&req) else {
+        let Some(token) = bearer(req) else {
             self.limiter.failed(source);
-            return error(StatusCode::UNAUTHORIZED, "missing bearer token");
+            return Err(error(StatusCode::UNAUTHORIZED, "missing bearer token"));
         };
         let identity = match verifier.verify(token).await {
             Ok(id) => id,
             Err(e @ VerifyError::Unauthenticated(_)) => {
                 self.limiter.failed(source);
-                tracing::warn!(error = %e, ?source, "config push refused: unauthenticated");
-                return error(StatusCode::UNAUTHORIZED, e);
+                tracing::warn!(error = %e, ?source, ?endpoint, "push refused: unauthenticated");
+                return Err(error(StatusCode::UNAUTHORIZED, e));
             }
             Err(e @ VerifyError::Unavailable(_)) => {
-                tracing::warn!(error = %e, "config push refused: cannot review the token");
-                return error(StatusCode::SERVICE_UNAVAILABLE, e);
+                tracing::warn!(error = %e, ?endpoint, "push refused: cannot review the token");
+                return Err(error(StatusCode::SERVICE_UNAVAILABLE, e));
             }
         };
         if !self.allowed.iter().any(|a| a == &identity.username) {
             self.limiter.failed(source);
-            tracing::warn!(user = %identity.username, ?source, "config push refused: identity not allowed");
-            return error(
+            tracing::warn!(user = %identity.username, ?source, ?endpoint, "push refused: identity not allowed");
+            return Err(error(
                 StatusCode::FORBIDDEN,
-                format!("{} may not configure this worker", identity.username),
-            );
+                format!("{} may not configure this pod", identity.username),
+            ));
         }
+        Ok(identity)
+    }
+
+    /// The body, at most [`MAX_PAYLOAD_BYTES`] (413) within the body timeout (408).
+    async fn read_body<B>(&self, req: Request<B>) -> Result<Bytes, Reply>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let declared = req
             .headers()
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
         if let Some(n) = declared.filter(|n| *n > MAX_PAYLOAD_BYTES) {
-            return error(StatusCode::PAYLOAD_TOO_LARGE, ConfigError::TooLarge(n));
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ConfigError::TooLarge(n),
+            ));
         }
         let body = Limited::new(req.into_body(), MAX_PAYLOAD_BYTES);
-        let bytes = match tokio::time::timeout(self.body_timeout, body.collect()).await {
-            Err(_) => return error(StatusCode::REQUEST_TIMEOUT, "request body timed out"),
-            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                return error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("worker config exceeds the limit of {MAX_PAYLOAD_BYTES} bytes"),
-                );
-            }
-            Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("reading body: {e}")),
-            Ok(Ok(collected)) => collected.to_bytes(),
-        };
-        match self.state.apply_bytes(&bytes, Origin::Push) {
-            Ok(ack) => {
-                tracing::info!(user = %identity.username, hash = %ack.hash, generation = ack.generation, "config push accepted");
-                ack_reply(&ack)
-            }
-            Err(ApplyError::Invalid(e @ ConfigError::TooLarge(_))) => {
-                error(StatusCode::PAYLOAD_TOO_LARGE, e)
-            }
-            Err(ApplyError::Invalid(e)) => error(StatusCode::BAD_REQUEST, e),
-            Err(e @ ApplyError::Stale { .. }) => error(StatusCode::CONFLICT, e),
+        match tokio::time::timeout(self.body_timeout, body.collect()).await {
+            Err(_) => Err(error(StatusCode::REQUEST_TIMEOUT, "request body timed out")),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("document exceeds the limit of {MAX_PAYLOAD_BYTES} bytes"),
+            )),
+            Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, format!("reading body: {e}"))),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
         }
     }
 

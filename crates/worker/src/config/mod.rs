@@ -12,6 +12,12 @@
 //! acknowledges the hash of what it runs, and a clamped config would run something other than
 //! the hash the operator sent, so the operator would count the pod in sync with a config it
 //! does not run. A refusal shows up instead as `ConfigPushFailed` with the field named.
+//!
+//! The ordering rules (older generation refused, same hash and generation a no-op, applied
+//! under one lock so that file and push apply in order) are not specific to the worker
+//! config: they live in a private `Versioned` holder that [`ConfigState`] and the producer
+//! gate ([`crate::producer::ProducerGate`]) share, and [`FileWatcher`] reloads either through
+//! the [`Apply`] trait.
 
 pub mod admin;
 #[cfg(feature = "tls")]
@@ -23,7 +29,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use backpressure_api::wire::{ConfigAck, ConfigError, MAX_GENERATION_LEAD_MS, WorkerConfig};
+use backpressure_api::wire::{
+    ConfigAck, ConfigError, MAX_GENERATION_LEAD_MS, ProducerConfig, WorkerConfig,
+};
 use sha2::{Digest, Sha256};
 
 use crate::controller::Settings;
@@ -158,22 +166,30 @@ impl Limits {
                 ),
             ));
         }
-        let horizon = now_unix
-            .saturating_mul(1000)
-            .saturating_add(self.max_generation_lead_ms);
-        if cfg.generation > horizon {
-            return Err(field(
-                "generation",
-                format!(
-                    "{} is more than {} s ahead of this worker's clock ({} ms); generations are Unix milliseconds",
-                    cfg.generation,
-                    self.max_generation_lead_ms / 1000,
-                    now_unix.saturating_mul(1000)
-                ),
-            ));
-        }
-        Ok(())
+        check_generation_lead(cfg.generation, now_unix, self.max_generation_lead_ms)
     }
+}
+
+/// Refuses a `generation` more than `max_lead_ms` ahead of `now_unix` (seconds): generations
+/// are Unix milliseconds, and one far in the future (`i64::MAX`) would make every later
+/// legitimate document stale (409). Shared by the worker config and the producer state.
+pub(crate) fn check_generation_lead(
+    generation: i64,
+    now_unix: i64,
+    max_lead_ms: i64,
+) -> Result<(), ConfigError> {
+    let horizon = now_unix.saturating_mul(1000).saturating_add(max_lead_ms);
+    if generation > horizon {
+        return Err(ConfigError::Field {
+            field: "generation",
+            reason: format!(
+                "{generation} is more than {} s ahead of this worker's clock ({} ms); generations are Unix milliseconds",
+                max_lead_ms / 1000,
+                now_unix.saturating_mul(1000)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Where the running configuration came from.
@@ -197,15 +213,155 @@ impl Origin {
     }
 }
 
-struct Running {
-    config: WorkerConfig,
+/// A document of the wire contract ordered by `generation` and named by `hash`: the worker
+/// config and the producer state.
+pub(crate) trait Document: Clone + Send + 'static {
+    /// What the document is, for logs.
+    const KIND: &'static str;
+    /// Its generation.
+    fn generation(&self) -> i64;
+    /// Its hash (empty when not given).
+    fn hash(&self) -> &str;
+    /// The document with its hash computed.
+    fn hashed(self) -> Self;
+}
+
+impl Document for WorkerConfig {
+    const KIND: &'static str = "worker config";
+    fn generation(&self) -> i64 {
+        self.generation
+    }
+    fn hash(&self) -> &str {
+        &self.hash
+    }
+    fn hashed(self) -> Self {
+        self.with_hash()
+    }
+}
+
+impl Document for ProducerConfig {
+    const KIND: &'static str = "producer state";
+    fn generation(&self) -> i64 {
+        self.generation
+    }
+    fn hash(&self) -> &str {
+        &self.hash
+    }
+    fn hashed(self) -> Self {
+        self.with_hash()
+    }
+}
+
+/// `doc` with its hash filled in when it came without one (a given hash was validated).
+fn with_hash<D: Document>(doc: D) -> D {
+    if doc.hash().is_empty() {
+        doc.hashed()
+    } else {
+        doc
+    }
+}
+
+struct Running<D> {
+    doc: D,
     origin: Origin,
+}
+
+/// The running document of one kind and the ordering rules of the wire contract: an older
+/// generation is refused, the same generation and hash is a no-op, anything else is installed
+/// under the lock (so concurrent file and push updates apply in order).
+pub(crate) struct Versioned<D> {
+    running: Mutex<Running<D>>,
+}
+
+impl<D: Document> Versioned<D> {
+    /// Starts from `initial` (already validated), origin [`Origin::Initial`].
+    pub(crate) fn new(initial: D) -> Self {
+        Versioned {
+            running: Mutex::new(Running {
+                doc: with_hash(initial),
+                origin: Origin::Initial,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Running<D>> {
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The running document.
+    pub(crate) fn running(&self) -> D {
+        self.lock().doc.clone()
+    }
+
+    /// The running hash and generation.
+    pub(crate) fn ack(&self) -> ConfigAck {
+        let r = self.lock();
+        ConfigAck {
+            hash: r.doc.hash().to_owned(),
+            generation: r.doc.generation(),
+        }
+    }
+
+    /// Where the running document came from.
+    pub(crate) fn origin(&self) -> Origin {
+        self.lock().origin
+    }
+
+    /// Orders `doc` (validated by the caller) against the running one and, when it is new,
+    /// calls `install` with it under the lock, then makes it the running one.
+    pub(crate) fn apply(
+        &self,
+        doc: D,
+        origin: Origin,
+        install: impl FnOnce(&D),
+    ) -> Result<ConfigAck, ApplyError> {
+        let doc = with_hash(doc);
+        let mut running = self.lock();
+        let current = running.doc.generation();
+        if doc.generation() < current {
+            return Err(ApplyError::Stale {
+                running: current,
+                given: doc.generation(),
+            });
+        }
+        let ack = ConfigAck {
+            hash: doc.hash().to_owned(),
+            generation: doc.generation(),
+        };
+        if doc.hash() == running.doc.hash() && doc.generation() == current {
+            return Ok(ack);
+        }
+        install(&doc);
+        tracing::info!(
+            hash = %ack.hash,
+            generation = ack.generation,
+            from = origin.as_str(),
+            previous = %running.doc.hash(),
+            "{} applied",
+            D::KIND
+        );
+        running.doc = doc;
+        running.origin = origin;
+        Ok(ack)
+    }
+}
+
+/// Something a document in bytes is applied to: [`ConfigState`] (the worker config) or
+/// [`crate::producer::ProducerGate`] (the producer state). The admin server's pushes and the
+/// [`FileWatcher`] go through it.
+pub trait Apply: Send + Sync {
+    /// What the documents are, for logs and error messages ("worker config").
+    fn kind(&self) -> &'static str;
+    /// Parses, validates and applies a document.
+    fn apply_bytes(&self, bytes: &[u8], origin: Origin) -> Result<ConfigAck, ApplyError>;
 }
 
 /// The running configuration and where it is applied. Cheap to clone.
 #[derive(Clone)]
 pub struct ConfigState {
-    running: Arc<Mutex<Running>>,
+    running: Arc<Versioned<WorkerConfig>>,
     gate: Gate,
     metrics: Option<Metrics>,
     /// Library-side settings (credit, health-check probes) kept across pushes, and the
@@ -242,10 +398,7 @@ impl ConfigState {
         };
         let initial = with_hash(initial);
         let state = ConfigState {
-            running: Arc::new(Mutex::new(Running {
-                config: initial.clone(),
-                origin: Origin::Initial,
-            })),
+            running: Arc::new(Versioned::new(initial.clone())),
             base: gate.settings(),
             gate,
             metrics,
@@ -267,24 +420,14 @@ impl ConfigState {
         self.limits
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
-        self.running
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// The running configuration.
     pub fn running(&self) -> WorkerConfig {
-        self.lock().config.clone()
+        self.running.running()
     }
 
     /// The running hash and generation.
     pub fn ack(&self) -> ConfigAck {
-        let r = self.lock();
-        ConfigAck {
-            hash: r.config.hash.clone(),
-            generation: r.config.generation,
-        }
+        self.running.ack()
     }
 
     /// The gate the configuration is applied to.
@@ -313,38 +456,13 @@ impl ConfigState {
     ) -> Result<ConfigAck, ApplyError> {
         cfg.validate()?;
         self.limits.check(&cfg, now_unix)?;
-        let cfg = with_hash(cfg);
-        let mut running = self.lock();
-        if cfg.generation < running.config.generation {
-            return Err(ApplyError::Stale {
-                running: running.config.generation,
-                given: cfg.generation,
-            });
-        }
-        let ack = ConfigAck {
-            hash: cfg.hash.clone(),
-            generation: cfg.generation,
-        };
-        if cfg.hash == running.config.hash && cfg.generation == running.config.generation {
-            return Ok(ack);
-        }
-        // Applied under the lock so that concurrent file and push updates apply in order.
-        self.install(&cfg, now_unix);
-        tracing::info!(
-            hash = %cfg.hash,
-            generation = cfg.generation,
-            from = origin.as_str(),
-            previous = %running.config.hash,
-            "worker config applied"
-        );
-        running.config = cfg;
-        running.origin = origin;
-        Ok(ack)
+        self.running
+            .apply(cfg, origin, |cfg| self.install(cfg, now_unix))
     }
 
     /// Where the running configuration came from.
     pub fn origin(&self) -> Origin {
-        self.lock().origin
+        self.running.origin()
     }
 
     fn install(&self, cfg: &WorkerConfig, now_unix: i64) {
@@ -374,28 +492,32 @@ fn pick<G, T>(given: Option<G>, from_payload: T, base: T) -> T {
     if given.is_some() { from_payload } else { base }
 }
 
-fn with_hash(cfg: WorkerConfig) -> WorkerConfig {
-    if cfg.hash.is_empty() {
-        cfg.with_hash()
-    } else {
-        cfg
+impl Apply for ConfigState {
+    fn kind(&self) -> &'static str {
+        WorkerConfig::KIND
+    }
+
+    fn apply_bytes(&self, bytes: &[u8], origin: Origin) -> Result<ConfigAck, ApplyError> {
+        ConfigState::apply_bytes(self, bytes, origin)
     }
 }
 
 /// Default interval between checks of the mounted file.
 pub const DEFAULT_FILE_POLL: Duration = Duration::from_secs(1);
 
-/// Watches a mounted configuration file and applies it when its content changes.
+/// Watches a mounted document file and applies it when its content changes: the worker
+/// config (`worker-config.json`) to a [`ConfigState`], or the producer state
+/// (`producer-state.json`) to a [`crate::producer::ProducerGate`].
 ///
 /// It polls the file's content through its path (following symlinks), which handles both a
 /// file rewritten in place and kubelet's ConfigMap update, where `worker-config.json` is a
 /// symlink to `..data/worker-config.json` and `..data` is atomically re-pointed to a new
 /// timestamped directory. Reading a small file once a second costs less than a notification
 /// backend and cannot miss an event. A missing file is waited for; an invalid file is reported
-/// once per content and the running configuration stays.
+/// once per content and the running document stays.
 #[derive(Debug)]
-pub struct FileWatcher {
-    state: ConfigState,
+pub struct FileWatcher<T = ConfigState> {
+    state: T,
     path: PathBuf,
     last_digest: Option<[u8; 32]>,
 }
@@ -413,9 +535,9 @@ pub enum FileCheck {
     Unreadable(std::io::Error),
 }
 
-impl FileWatcher {
+impl<T: Apply> FileWatcher<T> {
     /// A watcher of `path` applying to `state`.
-    pub fn new(state: ConfigState, path: impl Into<PathBuf>) -> Self {
+    pub fn new(state: T, path: impl Into<PathBuf>) -> Self {
         FileWatcher {
             state,
             path: path.into(),
@@ -443,7 +565,7 @@ impl FileWatcher {
         match self.state.apply_bytes(&bytes, Origin::File) {
             Ok(ack) => FileCheck::Applied(ack),
             Err(e) => {
-                tracing::warn!(path = %self.path.display(), error = %e, "worker config file refused; keeping the running config");
+                tracing::warn!(path = %self.path.display(), error = %e, kind = self.state.kind(), "document file refused; keeping the running one");
                 FileCheck::Refused(e)
             }
         }
@@ -467,7 +589,7 @@ impl FileWatcher {
             match self.check().await {
                 FileCheck::Unreadable(e) if !unreadable_reported => {
                     unreadable_reported = true;
-                    tracing::warn!(path = %self.path.display(), error = %e, "cannot read the worker config file");
+                    tracing::warn!(path = %self.path.display(), error = %e, kind = self.state.kind(), "cannot read the document file");
                 }
                 FileCheck::Unreadable(_) => {}
                 _ => unreadable_reported = false,
@@ -476,5 +598,6 @@ impl FileWatcher {
     }
 }
 
+/// The helpers (a fake verifier, in-process requests) are shared with the producer gate's tests.
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -178,16 +178,26 @@ async fn file_rewritten_in_place_is_hot_reloaded() {
 /// temporary `..data_tmp` symlink to it renamed over `..data` (atomic), the old directory removed.
 fn kubelet_update(dir: &Path, stamp: &str, cfg: &WorkerConfig) {
     use backpressure_api::wire::CONFIG_FILE_NAME;
+    kubelet_update_file(
+        dir,
+        stamp,
+        CONFIG_FILE_NAME,
+        &serde_json::to_vec(cfg).unwrap(),
+    );
+}
+
+/// [`kubelet_update`] of any file of the ConfigMap.
+pub(crate) fn kubelet_update_file(dir: &Path, stamp: &str, name: &str, bytes: &[u8]) {
     let ts = dir.join(stamp);
     std::fs::create_dir(&ts).unwrap();
-    std::fs::write(ts.join(CONFIG_FILE_NAME), serde_json::to_vec(cfg).unwrap()).unwrap();
+    std::fs::write(ts.join(name), bytes).unwrap();
     let old = std::fs::read_link(dir.join("..data")).ok();
     let tmp = dir.join("..data_tmp");
     std::os::unix::fs::symlink(stamp, &tmp).unwrap();
     std::fs::rename(&tmp, dir.join("..data")).unwrap();
-    let link = dir.join(CONFIG_FILE_NAME);
+    let link = dir.join(name);
     if std::fs::symlink_metadata(&link).is_err() {
-        std::os::unix::fs::symlink(format!("..data/{CONFIG_FILE_NAME}"), &link).unwrap();
+        std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
     }
     if let Some(old) = old {
         std::fs::remove_dir_all(dir.join(old)).unwrap();
@@ -213,7 +223,7 @@ async fn configmap_symlink_swap_is_hot_reloaded() {
 
 /// A verifier with a fixed token table, for the status-code mapping (the real TokenReview is
 /// tested against a real API server in tests/config_endpoint.rs).
-struct StaticTokens(HashMap<&'static str, Result<&'static str, bool>>);
+pub(crate) struct StaticTokens(pub(crate) HashMap<&'static str, Result<&'static str, bool>>);
 
 impl TokenVerifier for StaticTokens {
     fn verify<'a>(
@@ -232,7 +242,7 @@ impl TokenVerifier for StaticTokens {
     }
 }
 
-const OPERATOR: &str = "system:serviceaccount:bp-system:backpressure-operator";
+pub(crate) const OPERATOR: &str = "system:serviceaccount:bp-system:backpressure-operator";
 
 fn admin() -> (Arc<Admin>, Gate) {
     let (state, gate, metrics) = state();
@@ -247,7 +257,7 @@ fn admin() -> (Arc<Admin>, Gate) {
     (Arc::new(admin), gate)
 }
 
-async fn call(
+pub(crate) async fn call(
     admin: &Admin,
     method: &str,
     path: &str,
@@ -269,7 +279,7 @@ async fn call(
 #[tokio::test]
 async fn push_status_codes_and_refusals_leave_config_unchanged() {
     let (admin, gate) = admin();
-    let running = admin.state().ack();
+    let running = admin.state().unwrap().ack();
     let good = serde_json::to_vec(&config(7, 3)).unwrap();
     let cases: Vec<(Option<&str>, Vec<u8>, StatusCode)> = vec![
         (None, good.clone(), StatusCode::UNAUTHORIZED),
@@ -298,7 +308,7 @@ async fn push_status_codes_and_refusals_leave_config_unchanged() {
         assert_eq!(status, want, "{token:?}: {text}");
         assert!(text.contains("\"error\""), "{text}");
         assert_eq!(
-            admin.state().ack(),
+            admin.state().unwrap().ack(),
             running,
             "refused push changed the config"
         );
@@ -345,7 +355,7 @@ async fn pushes_are_refused_without_a_verifier() {
     let body = serde_json::to_vec(&config(1, 2)).unwrap();
     let (status, _) = call(&admin, "PUT", CONFIG_PATH, Some("anything"), body).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert_eq!(admin.state().ack().generation, 0);
+    assert_eq!(admin.state().unwrap().ack().generation, 0);
 }
 
 async fn start_server(admin: Arc<Admin>) -> std::net::SocketAddr {
@@ -414,7 +424,7 @@ async fn server_over_tcp_with_limits_and_timeouts() {
         read.is_ok(),
         "connection with unfinished headers was not closed"
     );
-    assert_eq!(admin.state().ack().generation, 2);
+    assert_eq!(admin.state().unwrap().ack().generation, 2);
     let metrics = raw(
         addr,
         b"GET /metrics HTTP/1.1\r\nHost: w\r\nConnection: close\r\n\r\n",
@@ -475,12 +485,12 @@ async fn generations_far_ahead_of_the_clock_are_refused_without_effect() {
 
     // Through the admin endpoint: 400, and the running config stays.
     let (admin, gate) = admin();
-    let running = admin.state().ack();
+    let running = admin.state().unwrap().ack();
     let body = serde_json::to_vec(&ahead(i64::MAX)).unwrap();
     let (status, text) = call(&admin, "PUT", CONFIG_PATH, Some("good"), body).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
     assert!(text.contains("generation"), "{text}");
-    assert_eq!(admin.state().ack(), running);
+    assert_eq!(admin.state().unwrap().ack(), running);
     assert_eq!(gate.snapshot().limit, 16);
     // The operator's next push (generation = its clock in ms) is not stale.
     let next = WorkerConfig {
@@ -503,7 +513,7 @@ async fn generations_far_ahead_of_the_clock_are_refused_without_effect() {
 #[tokio::test]
 async fn values_over_the_worker_limits_are_refused_naming_the_field() {
     let (admin, gate) = admin();
-    let running = admin.state().ack();
+    let running = admin.state().unwrap().ack();
     let limits = Limits::default();
     let cases: Vec<(WorkerConfig, &str)> = vec![
         (
@@ -565,11 +575,11 @@ async fn values_over_the_worker_limits_are_refused_naming_the_field() {
         .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{field}: {text}");
         assert!(text.contains(field), "{text} should name {field}");
-        assert_eq!(admin.state().ack(), running);
+        assert_eq!(admin.state().unwrap().ack(), running);
         assert_eq!(gate.snapshot().limit, 16);
     }
     // The file path is held to the same limits.
-    let state = admin.state();
+    let state = admin.state().unwrap();
     assert!(
         state
             .apply(
@@ -607,7 +617,18 @@ async fn call_from(
     token: Option<&str>,
     body: Vec<u8>,
 ) -> (StatusCode, Option<String>) {
-    let mut req = Request::builder().method("PUT").uri(CONFIG_PATH);
+    put_from(admin, CONFIG_PATH, peer, token, body).await
+}
+
+/// A `PUT path` from `peer`: the status and the `Retry-After` header.
+pub(crate) async fn put_from(
+    admin: &Admin,
+    path: &str,
+    peer: &str,
+    token: Option<&str>,
+    body: Vec<u8>,
+) -> (StatusCode, Option<String>) {
+    let mut req = Request::builder().method("PUT").uri(path);
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
@@ -657,7 +678,7 @@ async fn failed_authentications_are_rate_limited_per_source() {
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{token:?}");
         assert_eq!(retry.as_deref(), Some("2"));
     }
-    assert_eq!(admin.state().ack().generation, 0);
+    assert_eq!(admin.state().unwrap().ack().generation, 0);
     // Another source (another port of the same address is the same source).
     assert_eq!(
         call_from(&admin, "10.0.0.66:40001", Some("good"), body(1))
@@ -693,7 +714,7 @@ async fn failed_authentications_are_rate_limited_per_source() {
         call_from(&admin, attacker, Some("good"), body(30)).await.0,
         StatusCode::OK
     );
-    assert_eq!(admin.state().ack().generation, 30);
+    assert_eq!(admin.state().unwrap().ack().generation, 30);
 }
 
 /// Issue 13: the optional settings of a payload reach the controller and the loop; a payload
