@@ -21,4 +21,5 @@ mod observability;
 mod operator;
 mod plugin;
 mod policy;
+mod producers;
 mod tenancy;

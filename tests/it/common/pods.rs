@@ -12,6 +12,7 @@ use backpressure_worker::config::admin::Admin;
 use backpressure_worker::config::tls::CertFiles;
 use backpressure_worker::config::token::{TokenReviewVerifier, service_account_username};
 use backpressure_worker::permits::Gate;
+use backpressure_worker::producer::ProducerGate;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -209,4 +210,59 @@ pub async fn set_ready(pods: &Api<Pod>, name: &str, ready: bool) {
     pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .unwrap();
+}
+
+/// A fake producer pod: the worker library's producer admin endpoint (`/v1/producer` only) in
+/// front of a real [`ProducerGate`], verifying pushes with a TokenReview for the producer
+/// workload's own audience.
+pub struct FakeProducer {
+    /// Pod name.
+    pub name: String,
+    /// The gate the producer code would call `admit()` on.
+    pub gate: ProducerGate,
+    /// The admin server's address.
+    pub addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for FakeProducer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Starts `count` fake producer pods of `app` in `ns` (named `<app>-<i>`).
+pub async fn start_producers(
+    env: &'static TestEnv,
+    ns: &str,
+    app: &str,
+    count: usize,
+) -> Vec<FakeProducer> {
+    let client = env.client().unwrap();
+    let mut out = Vec::new();
+    for index in 0..count {
+        let gate = ProducerGate::new(None);
+        let verifier = Arc::new(TokenReviewVerifier::new(client.clone(), ns, app));
+        let admin = Arc::new(Admin::for_producer(gate.clone(), None).with_verifier(
+            verifier,
+            [service_account_username(OPERATOR_NAMESPACE, OPERATOR_SA)],
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(admin.serve(listener, async move {
+            let _ = rx.await;
+        }));
+        let name = format!("{app}-{index}");
+        create_ready(&client, ns, app, &name, addr.port()).await;
+        out.push(FakeProducer {
+            name,
+            gate,
+            addr,
+            stop: Some(tx),
+        });
+    }
+    out
 }
