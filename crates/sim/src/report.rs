@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::engine::{RunOutput, SimError, Simulation};
 use crate::metrics::{Summary, summarize};
-use crate::policy::{BP_KEDA, BP_OURS, BP_STATIC, GREEDY_KEDA, POLICIES, Policy};
+use crate::policy::{
+    self, BP_KEDA, BP_OURS, BP_OURS_UNGATED, BP_STATIC, GREEDY_KEDA, POLICIES, Policy, Scaler,
+};
 use crate::scenario::{Scenario, Target, TargetMetric, Timeline};
 
 /// One run and its summary.
@@ -18,12 +20,12 @@ pub struct Run {
     pub summary: Summary,
 }
 
-/// A scenario with its runs, in [`POLICIES`] order.
+/// A scenario with its runs, in [`policy::for_scenario`] order.
 #[derive(Debug, Clone)]
 pub struct ScenarioResult {
     /// The scenario.
     pub scenario: Scenario,
-    /// Runs in [`POLICIES`] order.
+    /// Runs in [`policy::for_scenario`] order.
     pub runs: Vec<Run>,
 }
 
@@ -75,20 +77,23 @@ pub(crate) fn par_map<T: Sync, R: Send>(
     slots.into_inner().unwrap_or_default()
 }
 
-/// Runs every scenario under every policy on `jobs` threads. Results do not depend on `jobs`:
-/// each run is independent and deterministic.
+/// Runs every scenario under every policy of [`policy::for_scenario`] on `jobs` threads.
+/// Results do not depend on `jobs`: each run is independent and deterministic.
 pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult>, SimError> {
-    let work: Vec<(usize, usize)> = (0..scenarios.len())
-        .flat_map(|s| (0..POLICIES.len()).map(move |p| (s, p)))
+    let plan: Vec<Vec<Policy>> = scenarios.iter().map(policy::for_scenario).collect();
+    let work: Vec<(usize, Policy)> = plan
+        .iter()
+        .enumerate()
+        .flat_map(|(s, ps)| ps.iter().map(move |p| (s, *p)))
         .collect();
     let slots = par_map(&work, jobs, |&(s, p)| {
         let scenario = &scenarios[s];
-        let sim = Simulation::new(scenario, POLICIES[p]);
+        let sim = Simulation::new(scenario, p);
         sim.run().map(|output| {
             let summary = summarize(scenario, sim.timeline(), &output);
             tracing::info!(
                 scenario = %scenario.name,
-                policy = POLICIES[p].key,
+                policy = p.key,
                 dlq = summary.dead_lettered,
                 "run done"
             );
@@ -97,9 +102,9 @@ pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult
     });
     let mut runs = slots.into_iter();
     let mut out = Vec::new();
-    for scenario in scenarios {
+    for (scenario, policies) in scenarios.iter().zip(&plan) {
         let mut v = Vec::new();
-        for _ in POLICIES {
+        for _ in policies {
             match runs.next().flatten() {
                 Some(r) => v.push(r?),
                 None => {
@@ -175,16 +180,32 @@ pub fn target_policies(metric: TargetMetric) -> &'static [Policy] {
         }
         TargetMetric::CompletedVsBacklogOnly => &[BP_OURS, BP_KEDA],
         TargetMetric::DlqVsStatic => &[BP_OURS, BP_STATIC],
+        TargetMetric::SystemDrainVsUngated => &[BP_OURS, BP_OURS_UNGATED],
         _ => &[BP_OURS],
     }
 }
 
-/// How a target is named in tables: its text, or its metric.
+/// The policy a target is about: its `policy` key, ours by default (the scenario's validation
+/// refuses unknown keys).
+pub fn target_policy(target: &Target) -> Policy {
+    target
+        .policy
+        .as_deref()
+        .and_then(policy::by_key)
+        .unwrap_or(BP_OURS)
+}
+
+/// How a target is named in tables: its text, or its metric; with the policy's name when it
+/// is not about ours.
 pub fn target_label(target: &Target) -> String {
-    if target.text.is_empty() {
+    let label = if target.text.is_empty() {
         format!("{:?}", target.metric)
     } else {
         target.text.clone()
+    };
+    match target_policy(target) {
+        BP_OURS => label,
+        p => format!("{label} ({})", p.name),
     }
 }
 
@@ -199,15 +220,17 @@ pub fn metric_defined(metric: TargetMetric, policy: Policy) -> bool {
         | TargetMetric::HeldAfterRecovery
         | TargetMetric::HeldWithHeadroomPerHour
         | TargetMetric::HeldWithHeadroomAfterRecovery
-        | TargetMetric::RampStages => policy == BP_OURS,
+        | TargetMetric::RampStages => policy.scaler == Scaler::Ours,
+        TargetMetric::SystemDrainVsUngated => policy != BP_OURS_UNGATED,
         _ => true,
     }
 }
 
-/// The value of a target's metric for our policy; `None` when it cannot be measured (for
-/// example no drain without a backlog, or a needed run is missing).
+/// The value of a target's metric for the policy it is about ([`target_policy`], ours by
+/// default); `None` when it cannot be measured (for example no drain without a backlog, or a
+/// needed run is missing).
 pub fn target_value(result: &impl PolicyRuns, target: &Target) -> Option<f64> {
-    policy_value(result, target, BP_OURS)
+    policy_value(result, target, target_policy(target))
 }
 
 /// The value of a target's metric for `policy`'s run, measured as for ours
@@ -260,13 +283,26 @@ pub fn policy_value(result: &impl PolicyRuns, target: &Target, policy: Policy) -
             let stat = result.summary(BP_STATIC)?;
             Some(run.dead_lettered as f64 - stat.dead_lettered as f64)
         }
+        TargetMetric::PeakQueueDepth => Some(run.peak_depth as f64),
+        TargetMetric::BrokerRejected => Some(run.broker_rejected as f64),
+        TargetMetric::LostToBroker => Some(run.lost_to_broker as f64),
+        TargetMetric::PeakProducerBacklog => Some(run.peak_producer_backlog as f64),
+        TargetMetric::MaxEndToEndAge => Some(run.max_end_to_end),
+        TargetMetric::P99EndToEndAge => Some(run.p99_end_to_end),
+        TargetMetric::SystemDrainRatio => run.system_drain.and_then(|d| d.ratio()),
+        TargetMetric::SystemDrainVsUngated => {
+            let other = result.summary(BP_OURS_UNGATED)?.system_drain?.secs?;
+            let mine = run.system_drain?.secs?;
+            (other > 0.0).then(|| mine / other)
+        }
     }
 }
 
 /// The numbers behind a target's value, in words.
 pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
-    let Some(ours) = result.summary(BP_OURS) else {
-        return format!("no run of {}", BP_OURS.name);
+    let about = target_policy(target);
+    let Some(ours) = result.summary(about) else {
+        return format!("no run of {}", about.name);
     };
     match target.metric {
         TargetMetric::Dlq => format!("{} messages in the DLQ", count(ours.dead_lettered)),
@@ -365,6 +401,49 @@ pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
             ),
             None => format!("no run of {}", BP_STATIC.name),
         },
+        TargetMetric::PeakQueueDepth => format!(
+            "broker capacity {}; {} publishes rejected",
+            opt(result.scenario().queue.capacity, count),
+            count(ours.broker_rejected)
+        ),
+        TargetMetric::BrokerRejected | TargetMetric::LostToBroker => format!(
+            "{} rejected, {} lost, of {} demanded; peak depth {}",
+            count(ours.broker_rejected),
+            count(ours.lost_to_broker),
+            count(ours.demanded),
+            count(ours.peak_depth)
+        ),
+        TargetMetric::PeakProducerBacklog => format!(
+            "{} not Open",
+            opt(ours.restricted_secs, secs)
+        ),
+        TargetMetric::MaxEndToEndAge | TargetMetric::P99EndToEndAge => format!(
+            "demand to completion: max {}, p99 {}",
+            secs(ours.max_end_to_end),
+            secs(ours.p99_end_to_end)
+        ),
+        TargetMetric::SystemDrainRatio => drain_detail(ours.system_drain),
+        TargetMetric::SystemDrainVsUngated => match result.summary(BP_OURS_UNGATED) {
+            Some(u) => format!(
+                "{} vs {} for {}",
+                drain_detail(ours.system_drain),
+                drain_detail(u.system_drain),
+                BP_OURS_UNGATED.name
+            ),
+            None => format!("no run of {}", BP_OURS_UNGATED.name),
+        },
+    }
+}
+
+fn drain_detail(d: Option<crate::metrics::Drain>) -> String {
+    match d {
+        Some(d) => format!(
+            "{} (min {}) for a backlog of {}",
+            opt(d.secs, secs),
+            secs(d.min_secs),
+            count(d.backlog.max(0.0) as u64)
+        ),
+        None => "no backlog at recovery".into(),
     }
 }
 
@@ -390,6 +469,10 @@ pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize
         | TargetMetric::RampStages => {
             format!("{v:.0}")
         }
+        TargetMetric::PeakQueueDepth
+        | TargetMetric::BrokerRejected
+        | TargetMetric::LostToBroker
+        | TargetMetric::PeakProducerBacklog => count(v.max(0.0).round() as u64),
         TargetMetric::DlqPerFailedAttempt => {
             if v == 0.0 {
                 "0".into()
@@ -404,14 +487,18 @@ pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize
         | TargetMetric::HeldSecondsPerHour
         | TargetMetric::HeldAfterRecovery
         | TargetMetric::HeldWithHeadroomPerHour
-        | TargetMetric::HeldWithHeadroomAfterRecovery => secs(v),
+        | TargetMetric::HeldWithHeadroomAfterRecovery
+        | TargetMetric::MaxEndToEndAge
+        | TargetMetric::P99EndToEndAge => secs(v),
         TargetMetric::FailureRateOverSetPoint
         | TargetMetric::OverloadRateOverSetPoint
         | TargetMetric::CompletedVsBacklogOnly
         | TargetMetric::DlqPerFailedAttemptVsGreedy
         | TargetMetric::MaxAgeVsKeda
         | TargetMetric::PeakLoadAfterRecovery
-        | TargetMetric::DrainRatio => format!("{v:.ratio_digits$}x"),
+        | TargetMetric::DrainRatio
+        | TargetMetric::SystemDrainRatio
+        | TargetMetric::SystemDrainVsUngated => format!("{v:.ratio_digits$}x"),
     }
 }
 
@@ -597,7 +684,7 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
         let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
         for run in &r.runs {
             let m = &run.summary;
-            let regimes = run.output.policy == BP_OURS;
+            let regimes = run.output.policy.scaler == Scaler::Ours;
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {} | {:.2} |",
