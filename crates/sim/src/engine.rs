@@ -173,6 +173,9 @@ pub struct RunOutput {
     pub producer_control: bool,
     /// Highest queue depth at any tick (after the tick's arrivals).
     pub peak_depth: u64,
+    /// Highest number of messages the broker stored at any tick: waiting plus delivered and
+    /// not acknowledged (what `queue.capacity` limits), after the tick's arrivals.
+    pub peak_stored: u64,
     /// Highest producer backlog at any tick.
     pub peak_producer_backlog: u64,
     /// Messages still waiting at the producers at the end.
@@ -339,13 +342,10 @@ impl<'a> Simulation<'a> {
         let mut queue = Queue::with_delays(retry_delays, s.queue.max_receives)
             .with_born_grain(ticks_per_sec)
             .with_capacity(s.queue.capacity);
-        let mut producers = self
-            .policy
-            .producers_for(s)
-            .map(|_| Producers::new());
+        let mut producers = self.policy.producers_for(s).map(|_| Producers::new());
         let mut producer_log = Vec::new();
         let mut producer_state = ProducerState::Open;
-        let (mut peak_depth, mut peak_producer_backlog) = (0u64, 0u64);
+        let (mut peak_depth, mut peak_stored, mut peak_producer_backlog) = (0u64, 0u64, 0u64);
         let mut rejected_before = 0u64;
         let mut autoscaler = self.autoscaler()?;
         let mut fleet = Fleet::default();
@@ -456,6 +456,7 @@ impl<'a> Simulation<'a> {
             sec.arrivals += accepted as u32;
             events += n;
             peak_depth = peak_depth.max(queue.depth());
+            peak_stored = peak_stored.max(queue.depth() + in_flight_total);
             if let Some(p) = &producers {
                 peak_producer_backlog = peak_producer_backlog.max(p.backlog());
             }
@@ -671,6 +672,7 @@ impl<'a> Simulation<'a> {
             },
             producer_control: producers.is_some(),
             peak_depth,
+            peak_stored,
             peak_producer_backlog,
             producer_backlog_at_end: producers.as_ref().map_or(0, Producers::backlog),
             end_to_end: queue.end_to_end.clone(),

@@ -411,7 +411,11 @@ fn system_drain(
         if pre.is_empty() {
             0.0
         } else {
-            samples[pre.clone()].iter().map(|s| f(s) as f64).sum::<f64>() / pre.len() as f64
+            samples[pre.clone()]
+                .iter()
+                .map(|s| f(s) as f64)
+                .sum::<f64>()
+                / pre.len() as f64
         }
     };
     let (base_depth, base_held) = (mean(|s| s.depth), mean(|s| s.producer_backlog));

@@ -198,7 +198,11 @@ mod tests {
         assert_eq!(p.send(0.1, broker(&mut room, &mut log)), 300);
         // Every message demanded was published once, oldest first.
         assert_eq!((p.demanded, p.published, p.backlog()), (305, 305, 0));
-        let borns: Vec<u64> = log.iter().filter(|(_, n)| *n > 0).map(|(b, _)| *b).collect();
+        let borns: Vec<u64> = log
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(b, _)| *b)
+            .collect();
         assert!(borns.windows(2).all(|w| w[0] <= w[1]), "{borns:?}");
     }
 

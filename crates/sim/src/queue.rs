@@ -217,7 +217,10 @@ impl Queue {
         let visible_at = now + self.retry_delays[i];
         self.retry_len += 1;
         let born = born - born % self.born_grain;
-        *self.retry.entry((visible_at, deliveries, born)).or_insert(0) += 1;
+        *self
+            .retry
+            .entry((visible_at, deliveries, born))
+            .or_insert(0) += 1;
         false
     }
 

@@ -27,6 +27,48 @@ pub struct ScenarioResult {
     pub scenario: Scenario,
     /// Runs in [`policy::for_scenario`] order.
     pub runs: Vec<Run>,
+    /// With a `producers` section and [`add_seeds`]: the summaries of [`SEED_POLICIES`] on
+    /// each seed (the file's seed and the next ones); empty otherwise.
+    pub seeds: Vec<(Policy, Vec<Summary>)>,
+}
+
+/// The policies run over seeds on a scenario with a `producers` section: ours without producer
+/// control, with the file's section, and in mode `Throttle`.
+pub const SEED_POLICIES: [Policy; 3] = [BP_OURS_UNGATED, BP_OURS, policy::BP_OURS_THROTTLE];
+
+/// Runs [`SEED_POLICIES`] on `seeds` seeds of every scenario of `results` that has a
+/// `producers` section (seed `k` is the file's seed plus `k`, as in the sweep) and keeps their
+/// summaries in [`ScenarioResult::seeds`]. Returns the number of runs.
+pub fn add_seeds(
+    results: &mut [ScenarioResult],
+    seeds: usize,
+    jobs: usize,
+) -> Result<usize, SimError> {
+    let work: Vec<(usize, Scenario, Policy)> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.scenario.producers.is_some())
+        .flat_map(|(i, r)| {
+            crate::sweep::seeded(&r.scenario, seeds)
+                .into_iter()
+                .flat_map(move |s| SEED_POLICIES.into_iter().map(move |p| (i, s.clone(), p)))
+        })
+        .collect();
+    let done = par_map(&work, jobs, |(_, s, p)| {
+        let sim = Simulation::new(s, *p);
+        sim.run().map(|out| summarize(s, sim.timeline(), &out))
+    });
+    for ((i, _, p), summary) in work.iter().zip(done) {
+        let summary = summary.ok_or_else(|| {
+            SimError::Resolve("a run did not finish (worker thread panicked)".into())
+        })??;
+        let seeds = &mut results[*i].seeds;
+        match seeds.iter_mut().find(|(q, _)| q == p) {
+            Some((_, v)) => v.push(summary),
+            None => seeds.push((*p, vec![summary])),
+        }
+    }
+    Ok(work.len())
 }
 
 /// The summaries a target is evaluated on: a scenario and the runs of some policies on it.
@@ -117,6 +159,7 @@ pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult
         out.push(ScenarioResult {
             scenario: scenario.clone(),
             runs: v,
+            seeds: Vec::new(),
         });
     }
     Ok(out)
@@ -133,6 +176,9 @@ pub struct Provenance {
     pub jobs: usize,
     /// Whether timelines were compressed (`--quick`).
     pub compressed: Option<f64>,
+    /// Runs over seeds for the producer-control tables ([`add_seeds`]) and their wall-clock
+    /// seconds (not in `wall_secs`).
+    pub seed_runs: Option<(usize, f64)>,
 }
 
 fn pct(x: f64) -> String {
@@ -180,7 +226,6 @@ pub fn target_policies(metric: TargetMetric) -> &'static [Policy] {
         }
         TargetMetric::CompletedVsBacklogOnly => &[BP_OURS, BP_KEDA],
         TargetMetric::DlqVsStatic => &[BP_OURS, BP_STATIC],
-        TargetMetric::SystemDrainVsUngated => &[BP_OURS, BP_OURS_UNGATED],
         _ => &[BP_OURS],
     }
 }
@@ -221,7 +266,6 @@ pub fn metric_defined(metric: TargetMetric, policy: Policy) -> bool {
         | TargetMetric::HeldWithHeadroomPerHour
         | TargetMetric::HeldWithHeadroomAfterRecovery
         | TargetMetric::RampStages => policy.scaler == Scaler::Ours,
-        TargetMetric::SystemDrainVsUngated => policy != BP_OURS_UNGATED,
         _ => true,
     }
 }
@@ -290,11 +334,6 @@ pub fn policy_value(result: &impl PolicyRuns, target: &Target, policy: Policy) -
         TargetMetric::MaxEndToEndAge => Some(run.max_end_to_end),
         TargetMetric::P99EndToEndAge => Some(run.p99_end_to_end),
         TargetMetric::SystemDrainRatio => run.system_drain.and_then(|d| d.ratio()),
-        TargetMetric::SystemDrainVsUngated => {
-            let other = result.summary(BP_OURS_UNGATED)?.system_drain?.secs?;
-            let mine = run.system_drain?.secs?;
-            (other > 0.0).then(|| mine / other)
-        }
     }
 }
 
@@ -413,25 +452,19 @@ pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
             count(ours.demanded),
             count(ours.peak_depth)
         ),
-        TargetMetric::PeakProducerBacklog => format!(
-            "{} not Open",
-            opt(ours.restricted_secs, secs)
-        ),
+        TargetMetric::PeakProducerBacklog => {
+            format!("{} not Open", opt(ours.restricted_secs, secs))
+        }
         TargetMetric::MaxEndToEndAge | TargetMetric::P99EndToEndAge => format!(
             "demand to completion: max {}, p99 {}",
             secs(ours.max_end_to_end),
             secs(ours.p99_end_to_end)
         ),
-        TargetMetric::SystemDrainRatio => drain_detail(ours.system_drain),
-        TargetMetric::SystemDrainVsUngated => match result.summary(BP_OURS_UNGATED) {
-            Some(u) => format!(
-                "{} vs {} for {}",
-                drain_detail(ours.system_drain),
-                drain_detail(u.system_drain),
-                BP_OURS_UNGATED.name
-            ),
-            None => format!("no run of {}", BP_OURS_UNGATED.name),
-        },
+        TargetMetric::SystemDrainRatio => format!(
+            "{}; {} lost to the broker",
+            drain_detail(ours.system_drain),
+            count(ours.lost_to_broker)
+        ),
     }
 }
 
@@ -497,8 +530,7 @@ pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize
         | TargetMetric::MaxAgeVsKeda
         | TargetMetric::PeakLoadAfterRecovery
         | TargetMetric::DrainRatio
-        | TargetMetric::SystemDrainRatio
-        | TargetMetric::SystemDrainVsUngated => format!("{v:.ratio_digits$}x"),
+        | TargetMetric::SystemDrainRatio => format!("{v:.ratio_digits$}x"),
     }
 }
 
@@ -531,19 +563,21 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
     }
     let _ = writeln!(
         md,
-        "**Speed:** {} runs ({} scenarios × {} policies), {:.1} simulated hours, {} simulated \
+        "**Speed:** {} runs ({}), {:.1} simulated hours, {} simulated \
          events in {:.1} s wall on {} thread(s): **{:.1} million events/s** ({:.0}× real time). \
          Events are message arrivals, deliveries, completions, pod starts and stops, and \
-         autoscaler decisions.\n",
-        results.len() * POLICIES.len(),
-        results.len(),
-        POLICIES.len(),
+         autoscaler decisions.{}\n",
+        results.iter().map(|r| r.runs.len()).sum::<usize>(),
+        shape(results),
         sim_secs / 3600.0,
         count(events),
         prov.wall_secs,
         prov.jobs,
         events as f64 / prov.wall_secs.max(1e-9) / 1e6,
         sim_secs / prov.wall_secs.max(1e-9),
+        prov.seed_runs.map_or(String::new(), |(n, wall)| format!(
+            " The producer-control tables over seeds: {n} more runs in {wall:.1} s."
+        )),
     );
     md.push_str(MODEL_TEXT);
 
@@ -716,14 +750,222 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
             );
         }
         let _ = writeln!(md);
-        let produced = r.runs.first().map_or(0, |x| x.output.produced);
+        if s.producers.is_some() || s.queue.capacity.is_some() {
+            producer_tables(&mut md, r);
+        }
+        let demanded = r.runs.first().map_or(0, |x| x.output.demanded);
         let _ = writeln!(
             md,
-            "Messages produced: {} (the same arrivals for every policy).\n",
-            count(produced)
+            "Messages {}: {} (the same arrivals for every policy).\n",
+            if s.queue.capacity.is_some() || s.producers.is_some() {
+                "demanded by the producers"
+            } else {
+                "produced"
+            },
+            count(demanded)
         );
     }
     md
+}
+
+/// "11 scenarios × 4 policies", or with producer-control scenarios their variants too.
+fn shape(results: &[ScenarioResult]) -> String {
+    let more = results
+        .iter()
+        .filter(|r| r.runs.len() != POLICIES.len())
+        .count();
+    if more == 0 {
+        format!("{} scenarios × {} policies", results.len(), POLICIES.len())
+    } else {
+        format!(
+            "{} scenarios × {} policies, and {} more variants of ours on {} with producer control",
+            results.len(),
+            POLICIES.len(),
+            crate::policy::PRODUCER_VARIANTS.len(),
+            more
+        )
+    }
+}
+
+/// How a run controlled its producers, in words.
+fn control_words(s: &Scenario, p: Policy) -> String {
+    match p.producers_for(s) {
+        None => "none".into(),
+        Some(section) => format!("{:?}", section.mode),
+    }
+}
+
+fn drain_cell(d: Option<crate::metrics::Drain>) -> String {
+    match d {
+        None => "no backlog".to_owned(),
+        Some(d) => match d.secs {
+            Some(x) => format!(
+                "{} / {} ({:.2}x)",
+                secs(x),
+                secs(d.min_secs),
+                d.ratio().unwrap_or(f64::NAN)
+            ),
+            None => format!("not drained / {}", secs(d.min_secs)),
+        },
+    }
+}
+
+/// The broker and producer tables of a scenario with a bounded broker or producer control: the
+/// report's seed, every policy; then, with [`ScenarioResult::seeds`], the variants of ours over
+/// the seeds.
+fn producer_tables(md: &mut String, r: &ScenarioResult) {
+    let s = &r.scenario;
+    let _ = writeln!(
+        md,
+        "Broker and producers (broker capacity {} messages stored{}):\n",
+        opt(s.queue.capacity, count),
+        match &s.producers {
+            Some(p) => format!(
+                "; producer control for ours: mode {:?}{}{}, pause dwell {}, resume dwell {}",
+                p.mode,
+                p.queue_depth.map_or(String::new(), |d| format!(
+                    ", depth watermarks pause above {} / resume below {}",
+                    count(d.pause_above),
+                    count(d.resume_below)
+                )),
+                p.queue_age.map_or(String::new(), |a| format!(
+                    ", age watermarks pause above {} / resume below {}",
+                    secs(a.pause_above.secs()),
+                    secs(a.resume_below.secs())
+                )),
+                opt(p.pause_dwell, |d| secs(d.secs())),
+                opt(p.resume_dwell, |d| secs(d.secs())),
+            ),
+            None => String::new(),
+        }
+    );
+    let _ = writeln!(
+        md,
+        "| policy | producer control | peak queue depth | broker rejections (lost) | peak producer \
+         backlog | end-to-end age max / p99 | drain of broker + producers / theoretical min | \
+         producers not Open | producer state changes (restrictions) | last reopening after recovery |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for run in &r.runs {
+        let m = &run.summary;
+        let p = run.output.policy;
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} ({}) | {} | {} / {} | {} | {} | {} | {} |",
+            p.name,
+            control_words(s, p),
+            count(m.peak_depth),
+            count(m.broker_rejected),
+            count(m.lost_to_broker),
+            count(m.peak_producer_backlog),
+            secs(m.max_end_to_end),
+            secs(m.p99_end_to_end),
+            drain_cell(m.system_drain),
+            opt(m.restricted_secs, secs),
+            if run.output.producer_control {
+                format!("{} ({})", m.producer_changes, m.restrictions)
+            } else {
+                "—".into()
+            },
+            opt(m.reopened_after, secs),
+        );
+    }
+    let _ = writeln!(md);
+    let Some(n) = r.seeds.first().map(|(_, v)| v.len()) else {
+        return;
+    };
+    let _ = writeln!(
+        md,
+        "Over {n} seeds ({} to {}: the file's seed and the next {}; every random stream moves, \
+         the outage does not), the variants of ours. Each cell: median (worst); counts are of \
+         seeds.\n",
+        s.seed,
+        s.seed + n as u64 - 1,
+        n - 1
+    );
+    let bound = s
+        .targets
+        .iter()
+        .find(|t| t.metric == TargetMetric::PeakQueueDepth)
+        .and_then(|t| t.max);
+    let _ = writeln!(
+        md,
+        "| policy | producer control | peak queue depth{} | broker rejections: median (max), seeds \
+         with any | lost to the broker | peak producer backlog | end-to-end age max | end-to-end \
+         age p99 | drain of broker + producers | drain / theoretical min | restrictions | DLQ |",
+        bound.map_or(String::new(), |b| format!(", seeds <= {}", count(b as u64)))
+    );
+    let _ = writeln!(
+        md,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for (p, v) in &r.seeds {
+        let col = |f: &dyn Fn(&Summary) -> Option<f64>| -> (Option<f64>, Option<f64>) {
+            let mut x: Vec<f64> = v.iter().filter_map(f).collect();
+            x.sort_by(f64::total_cmp);
+            (median(&x), x.last().copied())
+        };
+        let cnt = |x: (Option<f64>, Option<f64>)| {
+            format!(
+                "{} ({})",
+                opt(x.0, |m| count(m.round() as u64)),
+                opt(x.1, |m| count(m.round() as u64))
+            )
+        };
+        let dur =
+            |x: (Option<f64>, Option<f64>)| format!("{} ({})", opt(x.0, secs), opt(x.1, secs));
+        let peak = col(&|m| Some(m.peak_depth as f64));
+        let within = bound.map_or(String::new(), |b| {
+            format!(
+                ", {} of {n}",
+                v.iter().filter(|m| m.peak_depth as f64 <= b).count()
+            )
+        });
+        let rejected = col(&|m| Some(m.broker_rejected as f64));
+        let drain = col(&|m| m.system_drain.and_then(|d| d.secs));
+        let undrained = v
+            .iter()
+            .filter(|m| m.system_drain.is_some_and(|d| d.secs.is_none()))
+            .count();
+        let ratio = col(&|m| m.system_drain.and_then(|d| d.ratio()));
+        let ratio = format!(
+            "{} ({})",
+            opt(ratio.0, |x| format!("{x:.2}x")),
+            opt(ratio.1, |x| format!("{x:.2}x"))
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {} | {}{} | {}, {} | {} | {} | {} | {} | {}{} | {ratio} | {} | {} |",
+            p.name,
+            control_words(s, *p),
+            cnt(peak),
+            within,
+            cnt(rejected),
+            v.iter().filter(|m| m.broker_rejected > 0).count(),
+            cnt(col(&|m| Some(m.lost_to_broker as f64))),
+            cnt(col(&|m| Some(m.peak_producer_backlog as f64))),
+            dur(col(&|m| Some(m.max_end_to_end))),
+            dur(col(&|m| Some(m.p99_end_to_end))),
+            dur(drain),
+            if undrained > 0 {
+                format!(", not drained on {undrained}")
+            } else {
+                String::new()
+            },
+            cnt(col(&|m| Some(f64::from(m.restrictions)))),
+            cnt(col(&|m| Some(m.dead_lettered as f64))),
+        );
+    }
+    let _ = writeln!(md);
+}
+
+/// Median of sorted values (mean of the middle two for an even count).
+fn median(sorted: &[f64]) -> Option<f64> {
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[n / 2]),
+        n => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
 }
 
 const MODEL_TEXT: &str = "\

@@ -595,11 +595,9 @@ pub enum TargetMetric {
     /// 99th percentile of that time over completed messages (seconds).
     P99EndToEndAge,
     /// Time after recovery until the broker queue and the producer backlog are both back to
-    /// their pre-incident level, divided by the theoretical minimum for that backlog.
+    /// their pre-incident level, divided by the theoretical minimum for that backlog: 1 when
+    /// producer control costs no throughput after recovery.
     SystemDrainRatio,
-    /// That drain time divided by the drain time of the same run without producer control
-    /// (`bp-ours-ungated`).
-    SystemDrainVsUngated,
 }
 
 impl ProducersSection {
@@ -609,7 +607,10 @@ impl ProducersSection {
         {
             return Err((
                 "producers.queueDepth.resumeBelow",
-                format!("{} must be below pauseAbove {}", d.resume_below, d.pause_above),
+                format!(
+                    "{} must be below pauseAbove {}",
+                    d.resume_below, d.pause_above
+                ),
             ));
         }
         if let Some(a) = self.queue_age
@@ -622,7 +623,10 @@ impl ProducersSection {
         }
         if self.mode != ProducerMode::Off && self.queue_depth.is_none() && self.queue_age.is_none()
         {
-            return Err(("producers", "set queueDepth or queueAge watermarks".to_owned()));
+            return Err((
+                "producers",
+                "set queueDepth or queueAge watermarks".to_owned(),
+            ));
         }
         if self.resume_dwell.is_some_and(|d| d.0 < 1.0) {
             return Err(("producers.resumeDwell", "must be >= 1s".to_owned()));
@@ -783,7 +787,8 @@ impl Scenario {
             return Err(self.invalid("queue.capacity", "must be >= 1"));
         }
         if let Some(p) = &self.producers {
-            p.validate().map_err(|(field, reason)| self.invalid(field, reason))?;
+            p.validate()
+                .map_err(|(field, reason)| self.invalid(field, reason))?;
         }
         for t in &self.targets {
             if let Some(key) = &t.policy {
