@@ -975,6 +975,16 @@ A fixed-step (100 ms) model with exact per-message delivery counts; see the modu
 `crates/sim/src/engine.rs` for the step and its error. Per scenario:
 
 - **Producer**: Poisson arrivals at a rate that changes in steps and surges.
+- **Producers and a bounded broker** (scenarios 12-14, issue 17): the arrivals are the \
+  producers' demand. A broker with a capacity (`queue.capacity`: messages waiting plus \
+  delivered and not yet acknowledged) rejects a publish that does not fit. Without producer \
+  control the demand is published as it comes and what the broker rejects is lost. With it \
+  (ours with the scenario's `producers` section, i.e. the operator's `spec.producers`), every \
+  decision of ours also runs the core's `decide_producers` on the same scrape, and the \
+  producers' gate follows at once: `Open` lets everything through, `Paused` nothing, \
+  `Throttled`/`Resuming` at most the decided rate (a token bucket of one second). What the \
+  gate or a full broker holds back waits at the producers, oldest first, and is never \
+  dropped; its wait counts in the *end-to-end age* (demand to completion).
 - **Queue**: at-least-once; a failed delivery becomes visible again after the delay the worker \
   sets (`ChangeMessageVisibility`: the worker library's redelivery backoff, growing with the \
   receive count; the visibility timeout without it); a message whose last allowed delivery \
@@ -1010,6 +1020,13 @@ theoretical minimum `backlog / spare capacity` (integrated over the returning ca
 maxReplicas × permits / service time); *peak load / capacity* = highest 30-second ratio of calls \
 to capacity in the 10 minutes after recovery; *throttled pod-time* = share of ready pod-seconds \
 with fewer permits than the maximum, not counting pods in their startup ramp (`Mode::Starting`: \
-backoff 0, permits growing); *scale-out held* = time in the `DependencyFailing` regime.
+backoff 0, permits growing); *scale-out held* = time in the `DependencyFailing` regime. With a bounded broker or producer \
+control: *peak queue depth* = the most messages waiting at any tick; *broker rejections* = \
+publishes refused because the broker was full (*lost*: those nobody kept); *peak producer \
+backlog* = the most messages held at the producers; *end-to-end age* = per completed message, \
+demand to acknowledgement (max and p99); *drain of broker + producers* = from recovery until \
+both the broker depth and the producer backlog are back to their pre-incident level, against \
+the theoretical minimum for both backlogs together; *restrictions* = entries into `Paused` or \
+`Throttled`.
 
 ";
