@@ -11,13 +11,18 @@
 //! 2. deliveries whose processing ends in this tick complete: the pod's controller records the
 //!    outcome, the message is acknowledged, scheduled for redelivery, or dead-lettered;
 //! 3. drained terminating pods disappear;
-//! 4. Poisson arrivals for the tick join the queue (one bucket per tick);
+//! 4. Poisson arrivals for the tick join the queue (one bucket per tick). They are the
+//!    producers' demand: without producer control it is published as it comes, and what a
+//!    bounded broker (`queue.capacity`) rejects is lost; with it (ours with a `producers`
+//!    section) it passes the producers' gate ([`crate::producer`]), and what the gate holds or
+//!    the broker rejects waits at the producers;
 //! 5. every ready pod, in an order rotated each tick, asks its controller for permits and
 //!    receives up to that many visible messages (unused permits are released);
 //! 6. the dependency resolves all calls of the tick together (token bucket and outage/noise
 //!    failures) and each delivery is scheduled to complete after its sampled processing time,
 //!    rounded to the nearest tick (at least one);
-//! 7. metrics are scraped and the autoscaler decides on their periods; replicas follow.
+//! 7. metrics are scraped and the autoscaler decides on their periods; replicas follow, and so
+//!    does the producers' gate.
 //!
 //! Every message keeps its own delivery count (the queue is run-length encoded by arrival tick
 //! and by delivery count, in-flight deliveries are individual records in a timing wheel), so
@@ -29,13 +34,14 @@
 //! `tests/acceptance.rs` checks that halving the tick changes the headline numbers of a short
 //! scenario by little.
 
-use backpressure_api::v1alpha1::{Action, Regime};
+use backpressure_api::v1alpha1::{Action, ProducerState, Regime};
 use backpressure_worker::controller::{self, Controller, Nanos, Outcome, Settings};
 use backpressure_worker::worker_loop::RedeliveryBackoff;
 
 use crate::autoscaler::{Autoscaler, Decision, Hpa, HpaBehavior, Observation, Ours, Static};
 use crate::dependency::Dependency;
 use crate::policy::{Policy, Scaler};
+use crate::producer::{Gate, Producers};
 use crate::queue::Queue;
 use crate::rng::SimRng;
 use crate::scenario::{Scenario, Timeline};
@@ -92,6 +98,15 @@ pub struct Sample {
     pub completed_total: u64,
     /// Cumulative messages dead-lettered.
     pub dead_lettered_total: u64,
+    /// Messages the producers wanted to send (the scenario's arrivals); `arrivals` counts
+    /// those the broker accepted.
+    pub demand: u32,
+    /// Publishes the broker rejected (full).
+    pub broker_rejected: u32,
+    /// Messages waiting at the producers at the end of the second.
+    pub producer_backlog: u64,
+    /// The producers' state at the end of the second (runs with producer control).
+    pub producer_state: Option<ProducerState>,
 }
 
 /// A decision of the autoscaler that changed something or reported an action.
@@ -103,6 +118,19 @@ pub struct DecisionLog {
     pub from: u32,
     /// The decision.
     pub decision: Decision,
+}
+
+/// A change of the producer state (runs with producer control).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProducerLog {
+    /// Seconds since the start.
+    pub t: f64,
+    /// The new state.
+    pub state: ProducerState,
+    /// The allowed rate (Throttled, Resuming).
+    pub rate: Option<f64>,
+    /// The event's message.
+    pub message: String,
 }
 
 /// Everything a run produces.
@@ -134,6 +162,28 @@ pub struct RunOutput {
     pub first_wait: Histogram,
     /// Seconds per tick.
     pub tick: f64,
+    /// Messages the producers wanted to send.
+    pub demanded: u64,
+    /// Publishes the broker rejected because it was full.
+    pub broker_rejected: u64,
+    /// Messages lost to those rejections: all of them without producer control, none with it
+    /// (the producers keep what the broker refuses).
+    pub lost_to_broker: u64,
+    /// Whether the producers ran with producer control (a gate and a backlog).
+    pub producer_control: bool,
+    /// Highest queue depth at any tick (after the tick's arrivals).
+    pub peak_depth: u64,
+    /// Highest number of messages the broker stored at any tick: waiting plus delivered and
+    /// not acknowledged (what `queue.capacity` limits), after the tick's arrivals.
+    pub peak_stored: u64,
+    /// Highest producer backlog at any tick.
+    pub peak_producer_backlog: u64,
+    /// Messages still waiting at the producers at the end.
+    pub producer_backlog_at_end: u64,
+    /// Time from demand to acknowledgement of every completed message, in ticks.
+    pub end_to_end: Histogram,
+    /// Every change of the producer state.
+    pub producer_log: Vec<ProducerLog>,
     /// Simulated events: arrivals, deliveries, completions, pod starts and stops, decisions.
     pub events: u64,
 }
@@ -143,6 +193,8 @@ struct InFlight {
     pod: u32,
     deliveries: u8,
     ok: bool,
+    /// Demand time (tick).
+    born: u64,
 }
 
 #[derive(Debug)]
@@ -215,9 +267,13 @@ impl<'a> Simulation<'a> {
                 f.max_replicas,
                 f.target_queue_age.secs(),
             )),
-            Scaler::Ours => {
-                Box::new(Ours::new(self.scenario).map_err(|e| SimError::Resolve(e.to_string()))?)
-            }
+            Scaler::Ours => Box::new(
+                Ours::new(
+                    self.scenario,
+                    self.policy.producers_for(self.scenario).as_ref(),
+                )
+                .map_err(|e| SimError::Resolve(e.to_string()))?,
+            ),
         })
     }
 
@@ -283,12 +339,19 @@ impl<'a> Simulation<'a> {
             }
             None => vec![to_ticks(vt)],
         };
-        let mut queue = Queue::with_delays(retry_delays, s.queue.max_receives);
+        let mut queue = Queue::with_delays(retry_delays, s.queue.max_receives)
+            .with_born_grain(ticks_per_sec)
+            .with_capacity(s.queue.capacity);
+        let mut producers = self.policy.producers_for(s).map(|_| Producers::new());
+        let mut producer_log = Vec::new();
+        let mut producer_state = ProducerState::Open;
+        let (mut peak_depth, mut peak_stored, mut peak_producer_backlog) = (0u64, 0u64, 0u64);
+        let mut rejected_before = 0u64;
         let mut autoscaler = self.autoscaler()?;
         let mut fleet = Fleet::default();
         let mut wheel: Vec<Vec<InFlight>> = vec![Vec::new(); wheel_len];
         let mut spare: Vec<InFlight> = Vec::new();
-        let mut polled: Vec<(u32, u8)> = Vec::new();
+        let mut polled: Vec<(u32, u8, u64)> = Vec::new();
 
         // The initial replicas have been running before the simulation starts (like the warm-up
         // of the autoscaler's rate window): their controllers are past their startup ramp.
@@ -350,11 +413,11 @@ impl<'a> Simulation<'a> {
                 events += 1;
                 if d.ok {
                     pod.controller.record(now, Outcome::Success);
-                    queue.ack();
+                    queue.ack(tick, d.born);
                     sec.completed += 1;
                 } else {
                     pod.controller.record(now, Outcome::DependencyFailure);
-                    if queue.nack(tick, d.deliveries) {
+                    if queue.nack(tick, d.deliveries, d.born) {
                         sec.dead_lettered += 1;
                     }
                 }
@@ -380,11 +443,23 @@ impl<'a> Simulation<'a> {
                 });
             }
 
-            // 4. Arrivals.
+            // 4. Arrivals: the producers' demand, published directly or through their gate.
             let n = arrivals_rng.poisson(self.timeline.arrival_rate(t) * dt);
-            queue.arrive(tick, n);
-            sec.arrivals += n as u32;
+            let accepted = match producers.as_mut() {
+                None => queue.publish(tick, tick, n, in_flight_total),
+                Some(p) => {
+                    p.demand(tick, n);
+                    p.send(dt, |born, m| queue.publish(tick, born, m, in_flight_total))
+                }
+            };
+            sec.demand += n as u32;
+            sec.arrivals += accepted as u32;
             events += n;
+            peak_depth = peak_depth.max(queue.depth());
+            peak_stored = peak_stored.max(queue.depth() + in_flight_total);
+            if let Some(p) = &producers {
+                peak_producer_backlog = peak_producer_backlog.max(p.backlog());
+            }
 
             // 5. Polls.
             dep.begin_tick(&self.timeline, t, dt);
@@ -403,7 +478,8 @@ impl<'a> Simulation<'a> {
                     if k == 0 {
                         continue;
                     }
-                    let got = queue.receive(tick, u64::from(k), |c| polled.push((idx, c)));
+                    let got =
+                        queue.receive(tick, u64::from(k), |c, born| polled.push((idx, c, born)));
                     let got = got as u32;
                     if got < k {
                         pod.controller.release_unused(now, k - got);
@@ -422,7 +498,7 @@ impl<'a> Simulation<'a> {
                 let sec = &mut sec;
                 let rng = &mut latency_rng;
                 let rejected = dep.resolve(polled.len(), |i, ok| {
-                    let (pod, deliveries) = polled[i];
+                    let (pod, deliveries, born) = polled[i];
                     let secs = rng.lognormal(processing.mean.secs(), processing.sigma)
                         + if ok {
                             rng.lognormal(lat.mean.secs(), lat.sigma)
@@ -435,6 +511,7 @@ impl<'a> Simulation<'a> {
                         pod,
                         deliveries,
                         ok,
+                        born,
                     });
                     sec.attempts += 1;
                     if !ok {
@@ -468,6 +545,18 @@ impl<'a> Simulation<'a> {
                     };
                 if decision.regime.is_some() {
                     regime = decision.regime;
+                }
+                if let (Some(p), Some(g)) = (producers.as_mut(), decision.producers.as_ref()) {
+                    p.set_gate(Gate::from_state(g.state, g.rate));
+                    producer_state = g.state;
+                    if let Some(message) = &g.event {
+                        producer_log.push(ProducerLog {
+                            t,
+                            state: g.state,
+                            rate: g.rate,
+                            message: message.clone(),
+                        });
+                    }
                 }
                 let target = decision.desired;
                 if target != desired || decision.action.is_some_and(|a| a != Action::None) {
@@ -543,6 +632,12 @@ impl<'a> Simulation<'a> {
                 sec.produced_total = queue.produced;
                 sec.completed_total = queue.completed;
                 sec.dead_lettered_total = queue.dead_lettered;
+                sec.broker_rejected = (queue.rejected - rejected_before) as u32;
+                rejected_before = queue.rejected;
+                if let Some(p) = &producers {
+                    sec.producer_backlog = p.backlog();
+                    sec.producer_state = Some(producer_state);
+                }
                 failed_attempts += u64::from(sec.failures);
                 samples.push(sec);
                 sec = Sample::default();
@@ -566,6 +661,22 @@ impl<'a> Simulation<'a> {
             first_wait: queue.first_wait.clone(),
             tick: dt,
             events,
+            demanded: producers
+                .as_ref()
+                .map_or(queue.produced + queue.rejected, |p| p.demanded),
+            broker_rejected: queue.rejected,
+            lost_to_broker: if producers.is_some() {
+                0
+            } else {
+                queue.rejected
+            },
+            producer_control: producers.is_some(),
+            peak_depth,
+            peak_stored,
+            peak_producer_backlog,
+            producer_backlog_at_end: producers.as_ref().map_or(0, Producers::backlog),
+            end_to_end: queue.end_to_end.clone(),
+            producer_log,
         })
     }
 

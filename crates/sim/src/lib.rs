@@ -3,9 +3,12 @@
 //!
 //! The model (see [`engine`] for the time-step choice and its error):
 //!
-//! - a **producer** with Poisson arrivals at a rate that changes in steps and surges;
+//! - a **producer** with Poisson arrivals at a rate that changes in steps and surges; with
+//!   producer control (issue 17) a gate the operator sets and a backlog of what it holds
+//!   ([`producer`]);
 //! - a **queue** with at-least-once delivery, redelivery after a visibility timeout, a DLQ
-//!   after `maxReceives` failed deliveries, first-attempt age and depth ([`queue`]);
+//!   after `maxReceives` failed deliveries, first-attempt age and depth, optionally a capacity
+//!   past which the broker rejects publishes ([`queue`]);
 //! - **worker pods** that start after a startup delay, each with its own controller from
 //!   `backpressure-worker` (the real `SetPoint` and `Off` controllers, driven with simulated
 //!   time) and its permits;
@@ -24,6 +27,7 @@ pub mod engine;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
+pub mod producer;
 pub mod queue;
 pub mod report;
 pub mod rng;

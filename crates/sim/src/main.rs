@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use backpressure_sim::metrics::summarize;
 use backpressure_sim::report::{self, Provenance};
-use backpressure_sim::{POLICIES, Scenario, Simulation, plot, policy, sweep};
+use backpressure_sim::{Scenario, Simulation, plot, policy, sweep};
 use clap::{Parser, Subcommand};
 
 const SCENARIOS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
@@ -39,6 +39,10 @@ enum Command {
         /// Compress every timeline 4x (a smoke run, not the benchmark).
         #[arg(long)]
         quick: bool,
+        /// Seeds for the producer-control tables of scenarios with a producers section (the
+        /// variants of ours on the file's seed and the next N-1); 0: none.
+        #[arg(long, default_value_t = 20)]
+        seeds: usize,
         /// Worker threads (default: available parallelism).
         #[arg(long)]
         jobs: Option<usize>,
@@ -66,7 +70,8 @@ enum Command {
     Run {
         /// The scenario file.
         scenario: PathBuf,
-        /// Policy key (greedy-keda, bp-static, bp-keda, bp-ours); all when absent.
+        /// Policy key (greedy-keda, bp-static, bp-keda, bp-ours; with a producers section also
+        /// bp-ours-ungated, bp-ours-throttle); all when absent.
         #[arg(long)]
         policy: Option<String>,
         /// Compress the scenario's timeline by this factor (0 < f <= 1).
@@ -95,8 +100,9 @@ fn main() -> Result<()> {
             out,
             filter,
             quick,
+            seeds,
             jobs,
-        } => report_cmd(&scenarios, out, &filter, quick, jobs),
+        } => report_cmd(&scenarios, out, &filter, quick, seeds, jobs),
         Command::Sweep {
             scenarios,
             seeds,
@@ -184,6 +190,7 @@ fn report_cmd(
     out: Option<PathBuf>,
     filter: &[String],
     quick: bool,
+    seeds: usize,
     jobs: Option<usize>,
 ) -> Result<()> {
     let mut scenarios = load_scenarios(dir, filter)?;
@@ -194,8 +201,15 @@ fn report_cmd(
     let out = out.unwrap_or_else(|| PathBuf::from(if quick { QUICK_DIR } else { DOCS_DIR }));
     let jobs = jobs.unwrap_or_else(default_jobs);
     let started = Instant::now();
-    let results = report::run_all(&scenarios, jobs)?;
+    let mut results = report::run_all(&scenarios, jobs)?;
     let wall = started.elapsed().as_secs_f64();
+    let seeded_at = Instant::now();
+    let seed_runs = if seeds > 0 {
+        let n = report::add_seeds(&mut results, seeds, jobs)?;
+        (n > 0).then(|| (n, seeded_at.elapsed().as_secs_f64()))
+    } else {
+        None
+    };
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     for r in &results {
         let runs: Vec<_> = r.runs.iter().map(|x| x.output.clone()).collect();
@@ -207,6 +221,9 @@ fn report_cmd(
     if quick {
         command.push_str(" --quick");
     }
+    if seeds != 20 {
+        command.push_str(&format!(" --seeds {seeds}"));
+    }
     for f in filter {
         command.push_str(&format!(" --scenario {f}"));
     }
@@ -217,6 +234,7 @@ fn report_cmd(
             wall_secs: wall,
             jobs,
             compressed,
+            seed_runs,
         },
     );
     let path = out.join("report.md");
@@ -253,7 +271,7 @@ fn run_cmd(
     }
     let policies = match policy {
         Some(k) => vec![policy::by_key(&k).with_context(|| format!("unknown policy {k}"))?],
-        None => POLICIES.to_vec(),
+        None => policy::for_scenario(&s),
     };
     for p in policies {
         let started = Instant::now();
@@ -271,11 +289,11 @@ fn run_cmd(
         println!("{sum:#?}");
         if let Some((a, b)) = window {
             println!(
-                "t,arrivals,attempts,failures,completed,dead_lettered,queue_age,depth,in_flight,desired,ready,pods,backoff,capacity,throttled,regime"
+                "t,arrivals,attempts,failures,completed,dead_lettered,queue_age,depth,in_flight,desired,ready,pods,backoff,capacity,throttled,regime,demand,broker_rejected,producer_backlog,producer_state"
             );
             for (i, x) in out.samples.iter().enumerate().take(b).skip(a) {
                 println!(
-                    "{i},{},{},{},{},{},{:.1},{},{},{},{},{},{:.3},{:.1},{},{}",
+                    "{i},{},{},{},{},{},{:.1},{},{},{},{},{},{:.3},{:.1},{},{},{},{},{},{}",
                     x.arrivals,
                     x.attempts,
                     x.failures,
@@ -290,11 +308,24 @@ fn run_cmd(
                     x.backoff,
                     x.capacity,
                     x.throttled,
-                    x.regime.map_or("", |r| r.as_str())
+                    x.regime.map_or("", |r| r.as_str()),
+                    x.demand,
+                    x.broker_rejected,
+                    x.producer_backlog,
+                    x.producer_state.map_or("", |p| p.as_str())
                 );
             }
         }
         if decisions {
+            for l in &out.producer_log {
+                println!(
+                    "{:>8.0}s producers {} {}: {}",
+                    l.t,
+                    l.state.as_str(),
+                    l.rate.map_or(String::new(), |r| format!("{r}/s")),
+                    l.message
+                );
+            }
             for d in &out.decisions {
                 println!(
                     "{:>8.0}s {:>3} -> {:>3} {:?} {:?}: {}",

@@ -23,11 +23,31 @@
 //! - **held per hour**: seconds in `DependencyFailing` within the goodput window, per hour of
 //!   the window; **held after recovery**: seconds in `DependencyFailing` after the incident's
 //!   end.
+//!
+//! Producers and a bounded broker (issue 17):
+//!
+//! - **peak queue depth**: the highest broker depth (messages waiting, new or awaiting
+//!   redelivery) at any tick, right after the tick's arrivals;
+//! - **broker rejections**: publishes a full broker (`queue.capacity`) refused; **lost to the
+//!   broker**: those of them nobody kept (all without producer control; none with it, the
+//!   producers keep and resend them);
+//! - **peak producer backlog**: the most messages waiting at the producers (the gate held
+//!   them), at any tick;
+//! - **end-to-end age**: per completed message, the time from its demand at the producer to its
+//!   acknowledgement, so a wait at the producer counts (the age of the newest message when it is
+//!   finally served: what a freshness promise is about); max and 99th percentile. Messages lost
+//!   or dead-lettered are not in it;
+//! - **system drain**: from the recovery instant to the first second at which the broker depth
+//!   and the producer backlog are both back under their pre-incident level (each: `max(2 ×
+//!   its mean over the 10 minutes before the incident, 2 s of arrivals)`), against the
+//!   theoretical minimum for the sum of both backlogs at recovery above that level;
+//! - **producer control**: seconds not `Open`, state changes, restrictions (entries into
+//!   `Paused`/`Throttled`) and the time from recovery to the last reopening.
 
-use backpressure_api::v1alpha1::{Action, Regime};
+use backpressure_api::v1alpha1::{Action, ProducerState, Regime};
 
 use crate::engine::{RunOutput, Sample};
-use crate::scenario::{Scenario, Timeline};
+use crate::scenario::{Scenario, Timeline, Window};
 
 /// Drain after recovery.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -104,6 +124,31 @@ pub struct Summary {
     /// Seconds held after the end of the incident while the dependency had headroom (`None`
     /// without an incident).
     pub held_with_headroom_after_recovery: Option<f64>,
+    /// Messages the producers wanted to send.
+    pub demanded: u64,
+    /// Publishes the broker rejected (full).
+    pub broker_rejected: u64,
+    /// Messages lost to broker rejections.
+    pub lost_to_broker: u64,
+    /// Highest broker queue depth at any tick.
+    pub peak_depth: u64,
+    /// Highest producer backlog at any tick.
+    pub peak_producer_backlog: u64,
+    /// Highest demand-to-completion time (s).
+    pub max_end_to_end: f64,
+    /// 99th percentile demand-to-completion time (s).
+    pub p99_end_to_end: f64,
+    /// Drain of the broker and the producers after recovery, when either had a backlog.
+    pub system_drain: Option<Drain>,
+    /// Producer control: seconds the producers were not `Open` (`None` without control).
+    pub restricted_secs: Option<f64>,
+    /// Producer state changes.
+    pub producer_changes: u32,
+    /// Entries into `Paused` or `Throttled` (from `Open` or `Resuming`).
+    pub restrictions: u32,
+    /// Seconds from recovery to the last change to `Open` after it (`None` without an
+    /// incident or producer control, or when the producers did not reopen after recovery).
+    pub reopened_after: Option<f64>,
 }
 
 /// A second in which the dependency's calls stayed under this share of its capacity, and its
@@ -219,6 +264,27 @@ pub fn summarize(scenario: &Scenario, timeline: &Timeline, run: &RunOutput) -> S
         peak_load_after_recovery = peak_ratio(&samples[after], 30);
     }
 
+    // Producers and the broker.
+    let system_drain = incident.and_then(|w| system_drain(scenario, timeline, samples, w));
+    let restricted_secs = run.producer_control.then(|| {
+        samples
+            .iter()
+            .filter(|s| s.producer_state.is_some_and(|p| p != ProducerState::Open))
+            .count() as f64
+    });
+    let restrictions = run
+        .producer_log
+        .iter()
+        .filter(|l| matches!(l.state, ProducerState::Paused | ProducerState::Throttled))
+        .count() as u32;
+    let reopened_after = incident.and_then(|w| {
+        run.producer_log
+            .iter()
+            .rev()
+            .find(|l| l.state == ProducerState::Open && l.t >= w.end.secs())
+            .map(|l| l.t - w.end.secs())
+    });
+
     // Replicas and regimes.
     let replica_hours = samples.iter().map(|s| f64::from(s.pods)).sum::<f64>() / 3600.0;
     let max_replicas = samples.iter().map(|s| s.desired).max().unwrap_or(0);
@@ -315,7 +381,57 @@ pub fn summarize(scenario: &Scenario, timeline: &Timeline, run: &RunOutput) -> S
         held_after_recovery,
         held_with_headroom_per_hour,
         held_with_headroom_after_recovery,
+        demanded: run.demanded,
+        broker_rejected: run.broker_rejected,
+        lost_to_broker: run.lost_to_broker,
+        peak_depth: run.peak_depth,
+        peak_producer_backlog: run.peak_producer_backlog,
+        max_end_to_end: run.end_to_end.max() as f64 * run.tick,
+        p99_end_to_end: run.end_to_end.quantile(0.99) as f64 * run.tick,
+        system_drain,
+        restricted_secs,
+        producer_changes: run.producer_log.len() as u32,
+        restrictions,
+        reopened_after,
     }
+}
+
+/// The drain of the broker queue and the producer backlog together after the incident `w`
+/// (see the module docs); `None` when neither is above its pre-incident level at recovery.
+fn system_drain(
+    scenario: &Scenario,
+    timeline: &Timeline,
+    samples: &[Sample],
+    w: Window,
+) -> Option<Drain> {
+    let t_r = w.end.secs();
+    let r = (t_r.round() as usize).min(samples.len().checked_sub(1)?);
+    let pre = window_range(samples, w.start.secs() - 600.0, w.start.secs());
+    let mean = |f: fn(&Sample) -> u64| {
+        if pre.is_empty() {
+            0.0
+        } else {
+            samples[pre.clone()]
+                .iter()
+                .map(|s| f(s) as f64)
+                .sum::<f64>()
+                / pre.len() as f64
+        }
+    };
+    let (base_depth, base_held) = (mean(|s| s.depth), mean(|s| s.producer_backlog));
+    let floor = 2.0 * timeline.arrival_rate(t_r);
+    let (max_depth, max_held) = ((2.0 * base_depth).max(floor), (2.0 * base_held).max(floor));
+    let drained = |s: &Sample| s.depth as f64 <= max_depth && s.producer_backlog as f64 <= max_held;
+    let at_r = samples.get(r)?;
+    if drained(at_r) {
+        return None;
+    }
+    let backlog = (at_r.depth + at_r.producer_backlog) as f64 - base_depth - base_held;
+    Some(Drain {
+        backlog,
+        secs: samples[r..].iter().position(drained).map(|k| k as f64),
+        min_secs: theoretical_drain(scenario, timeline, t_r, backlog),
+    })
 }
 
 /// Highest ratio num/den over sliding windows of `len` samples whose denominator is at least

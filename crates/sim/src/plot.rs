@@ -1,5 +1,6 @@
 //! One SVG per scenario: first-attempt queue age, replicas, fleet backoff, and dependency load
-//! against capacity over time, one line per policy.
+//! against capacity over time, one line per policy; with a bounded broker or producer control
+//! also the broker's queue depth against its capacity and the producers' backlog.
 //!
 //! Failure episodes (outages and error spikes, and the capacity ramp after them) are shaded in
 //! light red, darker for a higher failure probability.
@@ -24,12 +25,15 @@ fn err<E: std::fmt::Debug>(e: E) -> PlotError {
     PlotError(format!("{e:?}"))
 }
 
-/// Colours of the policies, in [`crate::POLICIES`] order.
-pub const COLORS: [RGBColor; 4] = [
+/// Colours of the policies, in [`crate::policy::for_scenario`] order ([`crate::POLICIES`],
+/// then the variants of ours on a scenario with producer control).
+pub const COLORS: [RGBColor; 6] = [
     RGBColor(214, 39, 40),   // greedy + KEDA-like: red
     RGBColor(127, 127, 127), // backpressure + static: grey
     RGBColor(255, 127, 14),  // backpressure + KEDA-like: orange
     RGBColor(31, 119, 180),  // backpressure + ours: blue
+    RGBColor(148, 103, 189), // ours without producer control: purple
+    RGBColor(44, 160, 44),   // ours, producers Throttle: green
 ];
 
 const WIDTH: u32 = 1100;
@@ -101,7 +105,7 @@ type Getter = fn(&Sample) -> f64;
 
 /// Draws the scenario's plot as an SVG document.
 pub fn render(scenario: &Scenario, runs: &[RunOutput]) -> Result<String, PlotError> {
-    let panels: [(&str, Getter); 4] = [
+    let mut panels: Vec<(&str, Getter)> = vec![
         ("first-attempt queue age (s)", |s| f64::from(s.queue_age)),
         ("replicas (spec)", |s| f64::from(s.desired)),
         ("fleet backoff (mean of ready pods)", |s| {
@@ -111,8 +115,19 @@ pub fn render(scenario: &Scenario, runs: &[RunOutput]) -> Result<String, PlotErr
             f64::from(s.attempts)
         }),
     ];
+    let broker = scenario.queue.capacity.is_some() || scenario.producers.is_some();
+    if broker {
+        panels.push((
+            "broker queue depth (messages waiting); black: capacity (messages stored)",
+            |s| s.depth as f64,
+        ));
+        panels.push(("messages waiting at the producers", |s| {
+            s.producer_backlog as f64
+        }));
+    }
+    let n_panels = panels.len() as u32;
     let timeline = Timeline::new(scenario);
-    let height = TOP + 4 * PANEL_H + 3 * GAP + 40;
+    let height = TOP + n_panels * PANEL_H + (n_panels - 1) * GAP + 40;
     let hours = scenario.duration.secs() / 3600.0;
     let n = runs.iter().map(|r| r.samples.len()).max().unwrap_or(0);
     let bucket = n.div_ceil(900).max(1);
@@ -146,6 +161,10 @@ pub fn render(scenario: &Scenario, runs: &[RunOutput]) -> Result<String, PlotErr
             }
             if k == 2 {
                 ymax = 1.0;
+            }
+            let cap = scenario.queue.capacity.filter(|_| k == 4).map(|c| c as f64);
+            if let Some(c) = cap {
+                ymax = ymax.max(c);
             }
             let ymax = if ymax <= 0.0 { 1.0 } else { ymax * 1.05 };
             let mut chart = ChartBuilder::on(&area)
@@ -208,12 +227,21 @@ pub fn render(scenario: &Scenario, runs: &[RunOutput]) -> Result<String, PlotErr
                     ))
                     .map_err(err)?;
             }
+            if let Some(c) = cap {
+                chart
+                    .draw_series(LineSeries::new(
+                        [(0.0, c), (hours, c)],
+                        BLACK.stroke_width(2),
+                    ))
+                    .map_err(err)?;
+            }
             for (i, line) in lines.iter().enumerate() {
                 let color = COLORS[i % COLORS.len()];
+                let ours = runs[i].policy.scaler == crate::policy::Scaler::Ours;
                 chart
                     .draw_series(LineSeries::new(
                         line.iter().map(|&(t, v)| (t, v.min(ymax))),
-                        color.stroke_width(if i == 3 { 2 } else { 1 }),
+                        color.stroke_width(if ours { 2 } else { 1 }),
                     ))
                     .map_err(err)?;
             }
@@ -249,19 +277,23 @@ pub fn render(scenario: &Scenario, runs: &[RunOutput]) -> Result<String, PlotErr
         color: "#000".into(),
         bold: true,
     });
-    let mut lx = LEFT as i32;
+    let (mut lx, mut ly) = (LEFT as i32, 48);
     for (i, r) in runs.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
+        let w = 9 * r.policy.name.len() as i32 + 40;
+        if lx > LEFT as i32 && lx + w > WIDTH as i32 {
+            (lx, ly) = (LEFT as i32, ly + 18);
+        }
         labels.push(Label {
             x: lx,
-            y: 48,
+            y: ly,
             anchor: "start",
             size: 13,
             text: format!("━ {}", r.policy.name),
             color: format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2),
             bold: true,
         });
-        lx += 9 * r.policy.name.len() as i32 + 40;
+        lx += w;
     }
     let mut text = String::new();
     for l in &labels {

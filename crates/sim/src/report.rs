@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::engine::{RunOutput, SimError, Simulation};
 use crate::metrics::{Summary, summarize};
-use crate::policy::{BP_KEDA, BP_OURS, BP_STATIC, GREEDY_KEDA, POLICIES, Policy};
+use crate::policy::{
+    self, BP_KEDA, BP_OURS, BP_OURS_UNGATED, BP_STATIC, GREEDY_KEDA, POLICIES, Policy, Scaler,
+};
 use crate::scenario::{Scenario, Target, TargetMetric, Timeline};
 
 /// One run and its summary.
@@ -18,13 +20,55 @@ pub struct Run {
     pub summary: Summary,
 }
 
-/// A scenario with its runs, in [`POLICIES`] order.
+/// A scenario with its runs, in [`policy::for_scenario`] order.
 #[derive(Debug, Clone)]
 pub struct ScenarioResult {
     /// The scenario.
     pub scenario: Scenario,
-    /// Runs in [`POLICIES`] order.
+    /// Runs in [`policy::for_scenario`] order.
     pub runs: Vec<Run>,
+    /// With a `producers` section and [`add_seeds`]: the summaries of [`SEED_POLICIES`] on
+    /// each seed (the file's seed and the next ones); empty otherwise.
+    pub seeds: Vec<(Policy, Vec<Summary>)>,
+}
+
+/// The policies run over seeds on a scenario with a `producers` section: ours without producer
+/// control, with the file's section, and in mode `Throttle`.
+pub const SEED_POLICIES: [Policy; 3] = [BP_OURS_UNGATED, BP_OURS, policy::BP_OURS_THROTTLE];
+
+/// Runs [`SEED_POLICIES`] on `seeds` seeds of every scenario of `results` that has a
+/// `producers` section (seed `k` is the file's seed plus `k`, as in the sweep) and keeps their
+/// summaries in [`ScenarioResult::seeds`]. Returns the number of runs.
+pub fn add_seeds(
+    results: &mut [ScenarioResult],
+    seeds: usize,
+    jobs: usize,
+) -> Result<usize, SimError> {
+    let work: Vec<(usize, Scenario, Policy)> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.scenario.producers.is_some())
+        .flat_map(|(i, r)| {
+            crate::sweep::seeded(&r.scenario, seeds)
+                .into_iter()
+                .flat_map(move |s| SEED_POLICIES.into_iter().map(move |p| (i, s.clone(), p)))
+        })
+        .collect();
+    let done = par_map(&work, jobs, |(_, s, p)| {
+        let sim = Simulation::new(s, *p);
+        sim.run().map(|out| summarize(s, sim.timeline(), &out))
+    });
+    for ((i, _, p), summary) in work.iter().zip(done) {
+        let summary = summary.ok_or_else(|| {
+            SimError::Resolve("a run did not finish (worker thread panicked)".into())
+        })??;
+        let seeds = &mut results[*i].seeds;
+        match seeds.iter_mut().find(|(q, _)| q == p) {
+            Some((_, v)) => v.push(summary),
+            None => seeds.push((*p, vec![summary])),
+        }
+    }
+    Ok(work.len())
 }
 
 /// The summaries a target is evaluated on: a scenario and the runs of some policies on it.
@@ -75,20 +119,23 @@ pub(crate) fn par_map<T: Sync, R: Send>(
     slots.into_inner().unwrap_or_default()
 }
 
-/// Runs every scenario under every policy on `jobs` threads. Results do not depend on `jobs`:
-/// each run is independent and deterministic.
+/// Runs every scenario under every policy of [`policy::for_scenario`] on `jobs` threads.
+/// Results do not depend on `jobs`: each run is independent and deterministic.
 pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult>, SimError> {
-    let work: Vec<(usize, usize)> = (0..scenarios.len())
-        .flat_map(|s| (0..POLICIES.len()).map(move |p| (s, p)))
+    let plan: Vec<Vec<Policy>> = scenarios.iter().map(policy::for_scenario).collect();
+    let work: Vec<(usize, Policy)> = plan
+        .iter()
+        .enumerate()
+        .flat_map(|(s, ps)| ps.iter().map(move |p| (s, *p)))
         .collect();
     let slots = par_map(&work, jobs, |&(s, p)| {
         let scenario = &scenarios[s];
-        let sim = Simulation::new(scenario, POLICIES[p]);
+        let sim = Simulation::new(scenario, p);
         sim.run().map(|output| {
             let summary = summarize(scenario, sim.timeline(), &output);
             tracing::info!(
                 scenario = %scenario.name,
-                policy = POLICIES[p].key,
+                policy = p.key,
                 dlq = summary.dead_lettered,
                 "run done"
             );
@@ -97,9 +144,9 @@ pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult
     });
     let mut runs = slots.into_iter();
     let mut out = Vec::new();
-    for scenario in scenarios {
+    for (scenario, policies) in scenarios.iter().zip(&plan) {
         let mut v = Vec::new();
-        for _ in POLICIES {
+        for _ in policies {
             match runs.next().flatten() {
                 Some(r) => v.push(r?),
                 None => {
@@ -112,6 +159,7 @@ pub fn run_all(scenarios: &[Scenario], jobs: usize) -> Result<Vec<ScenarioResult
         out.push(ScenarioResult {
             scenario: scenario.clone(),
             runs: v,
+            seeds: Vec::new(),
         });
     }
     Ok(out)
@@ -128,6 +176,9 @@ pub struct Provenance {
     pub jobs: usize,
     /// Whether timelines were compressed (`--quick`).
     pub compressed: Option<f64>,
+    /// Runs over seeds for the producer-control tables ([`add_seeds`]) and their wall-clock
+    /// seconds (not in `wall_secs`).
+    pub seed_runs: Option<(usize, f64)>,
 }
 
 fn pct(x: f64) -> String {
@@ -179,12 +230,27 @@ pub fn target_policies(metric: TargetMetric) -> &'static [Policy] {
     }
 }
 
-/// How a target is named in tables: its text, or its metric.
+/// The policy a target is about: its `policy` key, ours by default (the scenario's validation
+/// refuses unknown keys).
+pub fn target_policy(target: &Target) -> Policy {
+    target
+        .policy
+        .as_deref()
+        .and_then(policy::by_key)
+        .unwrap_or(BP_OURS)
+}
+
+/// How a target is named in tables: its text, or its metric; with the policy's name when it
+/// is not about ours.
 pub fn target_label(target: &Target) -> String {
-    if target.text.is_empty() {
+    let label = if target.text.is_empty() {
         format!("{:?}", target.metric)
     } else {
         target.text.clone()
+    };
+    match target_policy(target) {
+        BP_OURS => label,
+        p => format!("{label} ({})", p.name),
     }
 }
 
@@ -199,15 +265,16 @@ pub fn metric_defined(metric: TargetMetric, policy: Policy) -> bool {
         | TargetMetric::HeldAfterRecovery
         | TargetMetric::HeldWithHeadroomPerHour
         | TargetMetric::HeldWithHeadroomAfterRecovery
-        | TargetMetric::RampStages => policy == BP_OURS,
+        | TargetMetric::RampStages => policy.scaler == Scaler::Ours,
         _ => true,
     }
 }
 
-/// The value of a target's metric for our policy; `None` when it cannot be measured (for
-/// example no drain without a backlog, or a needed run is missing).
+/// The value of a target's metric for the policy it is about ([`target_policy`], ours by
+/// default); `None` when it cannot be measured (for example no drain without a backlog, or a
+/// needed run is missing).
 pub fn target_value(result: &impl PolicyRuns, target: &Target) -> Option<f64> {
-    policy_value(result, target, BP_OURS)
+    policy_value(result, target, target_policy(target))
 }
 
 /// The value of a target's metric for `policy`'s run, measured as for ours
@@ -260,13 +327,21 @@ pub fn policy_value(result: &impl PolicyRuns, target: &Target, policy: Policy) -
             let stat = result.summary(BP_STATIC)?;
             Some(run.dead_lettered as f64 - stat.dead_lettered as f64)
         }
+        TargetMetric::PeakQueueDepth => Some(run.peak_depth as f64),
+        TargetMetric::BrokerRejected => Some(run.broker_rejected as f64),
+        TargetMetric::LostToBroker => Some(run.lost_to_broker as f64),
+        TargetMetric::PeakProducerBacklog => Some(run.peak_producer_backlog as f64),
+        TargetMetric::MaxEndToEndAge => Some(run.max_end_to_end),
+        TargetMetric::P99EndToEndAge => Some(run.p99_end_to_end),
+        TargetMetric::SystemDrainRatio => run.system_drain.and_then(|d| d.ratio()),
     }
 }
 
 /// The numbers behind a target's value, in words.
 pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
-    let Some(ours) = result.summary(BP_OURS) else {
-        return format!("no run of {}", BP_OURS.name);
+    let about = target_policy(target);
+    let Some(ours) = result.summary(about) else {
+        return format!("no run of {}", about.name);
     };
     match target.metric {
         TargetMetric::Dlq => format!("{} messages in the DLQ", count(ours.dead_lettered)),
@@ -365,6 +440,43 @@ pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
             ),
             None => format!("no run of {}", BP_STATIC.name),
         },
+        TargetMetric::PeakQueueDepth => format!(
+            "broker capacity {}; {} publishes rejected",
+            opt(result.scenario().queue.capacity, count),
+            count(ours.broker_rejected)
+        ),
+        TargetMetric::BrokerRejected | TargetMetric::LostToBroker => format!(
+            "{} rejected, {} lost, of {} demanded; peak depth {}",
+            count(ours.broker_rejected),
+            count(ours.lost_to_broker),
+            count(ours.demanded),
+            count(ours.peak_depth)
+        ),
+        TargetMetric::PeakProducerBacklog => {
+            format!("{} not Open", opt(ours.restricted_secs, secs))
+        }
+        TargetMetric::MaxEndToEndAge | TargetMetric::P99EndToEndAge => format!(
+            "demand to completion: max {}, p99 {}",
+            secs(ours.max_end_to_end),
+            secs(ours.p99_end_to_end)
+        ),
+        TargetMetric::SystemDrainRatio => format!(
+            "{}; {} lost to the broker",
+            drain_detail(ours.system_drain),
+            count(ours.lost_to_broker)
+        ),
+    }
+}
+
+fn drain_detail(d: Option<crate::metrics::Drain>) -> String {
+    match d {
+        Some(d) => format!(
+            "{} (min {}) for a backlog of {}",
+            opt(d.secs, secs),
+            secs(d.min_secs),
+            count(d.backlog.max(0.0) as u64)
+        ),
+        None => "no backlog at recovery".into(),
     }
 }
 
@@ -390,6 +502,10 @@ pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize
         | TargetMetric::RampStages => {
             format!("{v:.0}")
         }
+        TargetMetric::PeakQueueDepth
+        | TargetMetric::BrokerRejected
+        | TargetMetric::LostToBroker
+        | TargetMetric::PeakProducerBacklog => count(v.max(0.0).round() as u64),
         TargetMetric::DlqPerFailedAttempt => {
             if v == 0.0 {
                 "0".into()
@@ -404,14 +520,17 @@ pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize
         | TargetMetric::HeldSecondsPerHour
         | TargetMetric::HeldAfterRecovery
         | TargetMetric::HeldWithHeadroomPerHour
-        | TargetMetric::HeldWithHeadroomAfterRecovery => secs(v),
+        | TargetMetric::HeldWithHeadroomAfterRecovery
+        | TargetMetric::MaxEndToEndAge
+        | TargetMetric::P99EndToEndAge => secs(v),
         TargetMetric::FailureRateOverSetPoint
         | TargetMetric::OverloadRateOverSetPoint
         | TargetMetric::CompletedVsBacklogOnly
         | TargetMetric::DlqPerFailedAttemptVsGreedy
         | TargetMetric::MaxAgeVsKeda
         | TargetMetric::PeakLoadAfterRecovery
-        | TargetMetric::DrainRatio => format!("{v:.ratio_digits$}x"),
+        | TargetMetric::DrainRatio
+        | TargetMetric::SystemDrainRatio => format!("{v:.ratio_digits$}x"),
     }
 }
 
@@ -444,19 +563,21 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
     }
     let _ = writeln!(
         md,
-        "**Speed:** {} runs ({} scenarios × {} policies), {:.1} simulated hours, {} simulated \
+        "**Speed:** {} runs ({}), {:.1} simulated hours, {} simulated \
          events in {:.1} s wall on {} thread(s): **{:.1} million events/s** ({:.0}× real time). \
          Events are message arrivals, deliveries, completions, pod starts and stops, and \
-         autoscaler decisions.\n",
-        results.len() * POLICIES.len(),
-        results.len(),
-        POLICIES.len(),
+         autoscaler decisions.{}\n",
+        results.iter().map(|r| r.runs.len()).sum::<usize>(),
+        shape(results),
         sim_secs / 3600.0,
         count(events),
         prov.wall_secs,
         prov.jobs,
         events as f64 / prov.wall_secs.max(1e-9) / 1e6,
         sim_secs / prov.wall_secs.max(1e-9),
+        prov.seed_runs.map_or(String::new(), |(n, wall)| format!(
+            " The producer-control tables over seeds: {n} more runs in {wall:.1} s."
+        )),
     );
     md.push_str(MODEL_TEXT);
 
@@ -597,7 +718,7 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
         let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
         for run in &r.runs {
             let m = &run.summary;
-            let regimes = run.output.policy == BP_OURS;
+            let regimes = run.output.policy.scaler == Scaler::Ours;
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {} | {:.2} |",
@@ -629,14 +750,222 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
             );
         }
         let _ = writeln!(md);
-        let produced = r.runs.first().map_or(0, |x| x.output.produced);
+        if s.producers.is_some() || s.queue.capacity.is_some() {
+            producer_tables(&mut md, r);
+        }
+        let demanded = r.runs.first().map_or(0, |x| x.output.demanded);
         let _ = writeln!(
             md,
-            "Messages produced: {} (the same arrivals for every policy).\n",
-            count(produced)
+            "Messages {}: {} (the same arrivals for every policy).\n",
+            if s.queue.capacity.is_some() || s.producers.is_some() {
+                "demanded by the producers"
+            } else {
+                "produced"
+            },
+            count(demanded)
         );
     }
     md
+}
+
+/// "11 scenarios × 4 policies", or with producer-control scenarios their variants too.
+fn shape(results: &[ScenarioResult]) -> String {
+    let more = results
+        .iter()
+        .filter(|r| r.runs.len() != POLICIES.len())
+        .count();
+    if more == 0 {
+        format!("{} scenarios × {} policies", results.len(), POLICIES.len())
+    } else {
+        format!(
+            "{} scenarios × {} policies, and {} more variants of ours on {} with producer control",
+            results.len(),
+            POLICIES.len(),
+            crate::policy::PRODUCER_VARIANTS.len(),
+            more
+        )
+    }
+}
+
+/// How a run controlled its producers, in words.
+fn control_words(s: &Scenario, p: Policy) -> String {
+    match p.producers_for(s) {
+        None => "none".into(),
+        Some(section) => format!("{:?}", section.mode),
+    }
+}
+
+fn drain_cell(d: Option<crate::metrics::Drain>) -> String {
+    match d {
+        None => "no backlog".to_owned(),
+        Some(d) => match d.secs {
+            Some(x) => format!(
+                "{} / {} ({:.2}x)",
+                secs(x),
+                secs(d.min_secs),
+                d.ratio().unwrap_or(f64::NAN)
+            ),
+            None => format!("not drained / {}", secs(d.min_secs)),
+        },
+    }
+}
+
+/// The broker and producer tables of a scenario with a bounded broker or producer control: the
+/// report's seed, every policy; then, with [`ScenarioResult::seeds`], the variants of ours over
+/// the seeds.
+fn producer_tables(md: &mut String, r: &ScenarioResult) {
+    let s = &r.scenario;
+    let _ = writeln!(
+        md,
+        "Broker and producers (broker capacity {} messages stored{}):\n",
+        opt(s.queue.capacity, count),
+        match &s.producers {
+            Some(p) => format!(
+                "; producer control for ours: mode {:?}{}{}, pause dwell {}, resume dwell {}",
+                p.mode,
+                p.queue_depth.map_or(String::new(), |d| format!(
+                    ", depth watermarks pause above {} / resume below {}",
+                    count(d.pause_above),
+                    count(d.resume_below)
+                )),
+                p.queue_age.map_or(String::new(), |a| format!(
+                    ", age watermarks pause above {} / resume below {}",
+                    secs(a.pause_above.secs()),
+                    secs(a.resume_below.secs())
+                )),
+                opt(p.pause_dwell, |d| secs(d.secs())),
+                opt(p.resume_dwell, |d| secs(d.secs())),
+            ),
+            None => String::new(),
+        }
+    );
+    let _ = writeln!(
+        md,
+        "| policy | producer control | peak queue depth | broker rejections (lost) | peak producer \
+         backlog | end-to-end age max / p99 | drain of broker + producers / theoretical min | \
+         producers not Open | producer state changes (restrictions) | last reopening after recovery |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for run in &r.runs {
+        let m = &run.summary;
+        let p = run.output.policy;
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} ({}) | {} | {} / {} | {} | {} | {} | {} |",
+            p.name,
+            control_words(s, p),
+            count(m.peak_depth),
+            count(m.broker_rejected),
+            count(m.lost_to_broker),
+            count(m.peak_producer_backlog),
+            secs(m.max_end_to_end),
+            secs(m.p99_end_to_end),
+            drain_cell(m.system_drain),
+            opt(m.restricted_secs, secs),
+            if run.output.producer_control {
+                format!("{} ({})", m.producer_changes, m.restrictions)
+            } else {
+                "—".into()
+            },
+            opt(m.reopened_after, secs),
+        );
+    }
+    let _ = writeln!(md);
+    let Some(n) = r.seeds.first().map(|(_, v)| v.len()) else {
+        return;
+    };
+    let _ = writeln!(
+        md,
+        "Over {n} seeds ({} to {}: the file's seed and the next {}; every random stream moves, \
+         the outage does not), the variants of ours. Each cell: median (worst); counts are of \
+         seeds.\n",
+        s.seed,
+        s.seed + n as u64 - 1,
+        n - 1
+    );
+    let bound = s
+        .targets
+        .iter()
+        .find(|t| t.metric == TargetMetric::PeakQueueDepth)
+        .and_then(|t| t.max);
+    let _ = writeln!(
+        md,
+        "| policy | producer control | peak queue depth{} | broker rejections: median (max), seeds \
+         with any | lost to the broker | peak producer backlog | end-to-end age max | end-to-end \
+         age p99 | drain of broker + producers | drain / theoretical min | restrictions | DLQ |",
+        bound.map_or(String::new(), |b| format!(", seeds <= {}", count(b as u64)))
+    );
+    let _ = writeln!(
+        md,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for (p, v) in &r.seeds {
+        let col = |f: &dyn Fn(&Summary) -> Option<f64>| -> (Option<f64>, Option<f64>) {
+            let mut x: Vec<f64> = v.iter().filter_map(f).collect();
+            x.sort_by(f64::total_cmp);
+            (median(&x), x.last().copied())
+        };
+        let cnt = |x: (Option<f64>, Option<f64>)| {
+            format!(
+                "{} ({})",
+                opt(x.0, |m| count(m.round() as u64)),
+                opt(x.1, |m| count(m.round() as u64))
+            )
+        };
+        let dur =
+            |x: (Option<f64>, Option<f64>)| format!("{} ({})", opt(x.0, secs), opt(x.1, secs));
+        let peak = col(&|m| Some(m.peak_depth as f64));
+        let within = bound.map_or(String::new(), |b| {
+            format!(
+                ", {} of {n}",
+                v.iter().filter(|m| m.peak_depth as f64 <= b).count()
+            )
+        });
+        let rejected = col(&|m| Some(m.broker_rejected as f64));
+        let drain = col(&|m| m.system_drain.and_then(|d| d.secs));
+        let undrained = v
+            .iter()
+            .filter(|m| m.system_drain.is_some_and(|d| d.secs.is_none()))
+            .count();
+        let ratio = col(&|m| m.system_drain.and_then(|d| d.ratio()));
+        let ratio = format!(
+            "{} ({})",
+            opt(ratio.0, |x| format!("{x:.2}x")),
+            opt(ratio.1, |x| format!("{x:.2}x"))
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {} | {}{} | {}, {} | {} | {} | {} | {} | {}{} | {ratio} | {} | {} |",
+            p.name,
+            control_words(s, *p),
+            cnt(peak),
+            within,
+            cnt(rejected),
+            v.iter().filter(|m| m.broker_rejected > 0).count(),
+            cnt(col(&|m| Some(m.lost_to_broker as f64))),
+            cnt(col(&|m| Some(m.peak_producer_backlog as f64))),
+            dur(col(&|m| Some(m.max_end_to_end))),
+            dur(col(&|m| Some(m.p99_end_to_end))),
+            dur(drain),
+            if undrained > 0 {
+                format!(", not drained on {undrained}")
+            } else {
+                String::new()
+            },
+            cnt(col(&|m| Some(f64::from(m.restrictions)))),
+            cnt(col(&|m| Some(m.dead_lettered as f64))),
+        );
+    }
+    let _ = writeln!(md);
+}
+
+/// Median of sorted values (mean of the middle two for an even count).
+fn median(sorted: &[f64]) -> Option<f64> {
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[n / 2]),
+        n => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
 }
 
 const MODEL_TEXT: &str = "\
@@ -646,6 +975,16 @@ A fixed-step (100 ms) model with exact per-message delivery counts; see the modu
 `crates/sim/src/engine.rs` for the step and its error. Per scenario:
 
 - **Producer**: Poisson arrivals at a rate that changes in steps and surges.
+- **Producers and a bounded broker** (scenarios 12-14, issue 17): the arrivals are the \
+  producers' demand. A broker with a capacity (`queue.capacity`: messages waiting plus \
+  delivered and not yet acknowledged) rejects a publish that does not fit. Without producer \
+  control the demand is published as it comes and what the broker rejects is lost. With it \
+  (ours with the scenario's `producers` section, i.e. the operator's `spec.producers`), every \
+  decision of ours also runs the core's `decide_producers` on the same scrape, and the \
+  producers' gate follows at once: `Open` lets everything through, `Paused` nothing, \
+  `Throttled`/`Resuming` at most the decided rate (a token bucket of one second). What the \
+  gate or a full broker holds back waits at the producers, oldest first, and is never \
+  dropped; its wait counts in the *end-to-end age* (demand to completion).
 - **Queue**: at-least-once; a failed delivery becomes visible again after the delay the worker \
   sets (`ChangeMessageVisibility`: the worker library's redelivery backoff, growing with the \
   receive count; the visibility timeout without it); a message whose last allowed delivery \
@@ -681,6 +1020,13 @@ theoretical minimum `backlog / spare capacity` (integrated over the returning ca
 maxReplicas × permits / service time); *peak load / capacity* = highest 30-second ratio of calls \
 to capacity in the 10 minutes after recovery; *throttled pod-time* = share of ready pod-seconds \
 with fewer permits than the maximum, not counting pods in their startup ramp (`Mode::Starting`: \
-backoff 0, permits growing); *scale-out held* = time in the `DependencyFailing` regime.
+backoff 0, permits growing); *scale-out held* = time in the `DependencyFailing` regime. With a bounded broker or producer \
+control: *peak queue depth* = the most messages waiting at any tick; *broker rejections* = \
+publishes refused because the broker was full (*lost*: those nobody kept); *peak producer \
+backlog* = the most messages held at the producers; *end-to-end age* = per completed message, \
+demand to acknowledgement (max and p99); *drain of broker + producers* = from recovery until \
+both the broker depth and the producer backlog are back to their pre-incident level, against \
+the theoretical minimum for both backlogs together; *restrictions* = entries into `Paused` or \
+`Throttled`.
 
 ";

@@ -2,7 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use backpressure_sim::metrics::summarize;
-use backpressure_sim::policy::{BP_KEDA, BP_OURS, BP_STATIC, GREEDY_KEDA, Policy, Scaler, Workers};
+use backpressure_sim::policy::{
+    BP_KEDA, BP_OURS, BP_STATIC, GREEDY_KEDA, Policy, ProducerControl, Scaler, Workers,
+};
 use backpressure_sim::report::{self, Provenance};
 use backpressure_sim::{POLICIES, RunOutput, Scenario, Simulation, plot};
 
@@ -104,6 +106,7 @@ fn hard_outage_with_greedy_workers_grows_the_dlq() {
         name: "greedy + static",
         workers: Workers::Greedy,
         scaler: Scaler::Static,
+        producers: ProducerControl::None,
     };
     for p in [GREEDY_KEDA, greedy_static] {
         let out = run(&s, p);
@@ -212,6 +215,7 @@ fn report_and_plot_contain_every_column_and_line() {
             wall_secs: 1.0,
             jobs: 2,
             compressed: None,
+            seed_runs: None,
         },
     );
     for column in [

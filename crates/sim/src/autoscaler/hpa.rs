@@ -184,6 +184,7 @@ impl Autoscaler for Hpa {
                 self.target_age, obs.ready_pods
             ),
             requeue_after: None,
+            producers: None,
         }
     }
 }

@@ -13,7 +13,7 @@ pub mod ours;
 pub use hpa::{Hpa, HpaBehavior};
 pub use ours::{EPOCH_UNIX_SECONDS, Ours, spec_for, to_timestamp};
 
-use backpressure_api::v1alpha1::{Action, Regime};
+use backpressure_api::v1alpha1::{Action, ProducerState, Regime};
 
 /// What an autoscaler can observe at a decision.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -58,6 +58,19 @@ pub struct Decision {
     /// When to decide again, in seconds (the operator's requeue); `None` for the fixed sync
     /// period.
     pub requeue_after: Option<f64>,
+    /// The producer state, for an autoscaler that controls the producers.
+    pub producers: Option<ProducerGate>,
+}
+
+/// The producer state decided with the replicas (ours with `spec.producers`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProducerGate {
+    /// Open, Paused, Throttled or Resuming.
+    pub state: ProducerState,
+    /// Messages per second the whole producer workload may send (Throttled, Resuming).
+    pub rate: Option<f64>,
+    /// The event's message when the state or the rate changed.
+    pub event: Option<String>,
 }
 
 impl Decision {
@@ -70,6 +83,7 @@ impl Decision {
             recommended: None,
             reason: String::new(),
             requeue_after: None,
+            producers: None,
         }
     }
 }

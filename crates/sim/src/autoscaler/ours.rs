@@ -7,20 +7,26 @@
 //! (a fixed epoch plus the simulated seconds), and the status returned by one decision is the
 //! `previous` status of the next. The next decision is due after the returned `requeueAfter`
 //! (the operator adds jitter; the simulator does not).
+//!
+//! With a `producers` section (issue 17) every decision also calls
+//! `backpressure_core::producers::decide_producers` on the same fleet metrics and `now`, with
+//! the previous `status.producers` as its memory, as the operator's reconcile does; the
+//! decided state and rate go to the simulated producers' gate at once (the operator's push).
 
 use std::time::Duration;
 
 use backpressure_api::duration::Duration as ApiDuration;
 use backpressure_api::v1alpha1::{
-    ProbeSpec, RedeliverySpec, ScalingSpec, TargetRef, WorkerBackpressureSpec,
-    WorkerBackpressureStatus, WorkerSpec,
+    AgeWatermarks, DepthWatermarks, ProbeSpec, ProducersSpec, RedeliverySpec, ScalingSpec,
+    TargetRef, WorkerBackpressureSpec, WorkerBackpressureStatus, WorkerSpec,
 };
 use backpressure_core::decide::{self, FleetMetrics};
+use backpressure_core::producers::decide_producers;
 use backpressure_core::resolve::{self, Effective, ResolveError};
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Autoscaler, Decision, Observation};
-use crate::scenario::Scenario;
+use super::{Autoscaler, Decision, Observation, ProducerGate};
+use crate::scenario::{ProducersSection, Scenario};
 
 /// The simulation's epoch in the operator's time: 2026-01-01T00:00:00Z.
 pub const EPOCH_UNIX_SECONDS: i64 = 1_767_225_600;
@@ -31,9 +37,35 @@ pub fn to_timestamp(secs: f64) -> Timestamp {
     Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
+/// The operator's `spec.producers` for a scenario's `producers` section, naming the simulated
+/// producer workload.
+pub fn producers_spec(p: &ProducersSection) -> ProducersSpec {
+    let dur = |secs: f64| ApiDuration::from_std(Duration::from_secs_f64(secs.max(0.0)));
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    ProducersSpec {
+        target_ref: Some(TargetRef {
+            api_version: "apps/v1".to_owned(),
+            kind: "Deployment".to_owned(),
+            name: "sim-producer".to_owned(),
+        }),
+        mode: Some(p.mode),
+        queue_depth: p.queue_depth.map(|d| DepthWatermarks {
+            pause_above: count(d.pause_above),
+            resume_below: count(d.resume_below),
+        }),
+        queue_age: p.queue_age.map(|a| AgeWatermarks {
+            pause_above: dur(a.pause_above.secs()),
+            resume_below: dur(a.resume_below.secs()),
+        }),
+        pause_dwell: p.pause_dwell.map(|d| dur(d.secs())),
+        resume_dwell: p.resume_dwell.map(|d| dur(d.secs())),
+    }
+}
+
 /// The `WorkerBackpressure` spec a platform team would write for the scenario's workload:
-/// the scenario's worker settings and replica bounds, everything else at the defaults.
-pub fn spec_for(s: &Scenario) -> WorkerBackpressureSpec {
+/// the scenario's worker settings and replica bounds, `producers` as given (the policy decides
+/// whether and how the scenario's section applies), everything else at the defaults.
+pub fn spec_for(s: &Scenario, producers: Option<&ProducersSection>) -> WorkerBackpressureSpec {
     let w = &s.workers;
     let dur = |secs: f64| Some(ApiDuration::from_std(Duration::from_secs_f64(secs)));
     WorkerBackpressureSpec {
@@ -68,7 +100,7 @@ pub fn spec_for(s: &Scenario) -> WorkerBackpressureSpec {
             ..WorkerSpec::default()
         }),
         metrics: None,
-        producers: None,
+        producers: producers.map(producers_spec),
         scaling: Some(ScalingSpec {
             min_replicas: i32::try_from(s.fleet.min_replicas).ok(),
             max_replicas: i32::try_from(s.fleet.max_replicas).ok(),
@@ -86,9 +118,13 @@ pub struct Ours {
 }
 
 impl Ours {
-    /// Resolves the scenario's spec (as the operator would, with no policies).
-    pub fn new(scenario: &Scenario) -> Result<Self, ResolveError> {
-        let effective = resolve::resolve(&spec_for(scenario), &[], to_timestamp(0.0))?;
+    /// Resolves the scenario's spec (as the operator would, with no policies), with producer
+    /// control when `producers` is given.
+    pub fn new(
+        scenario: &Scenario,
+        producers: Option<&ProducersSection>,
+    ) -> Result<Self, ResolveError> {
+        let effective = resolve::resolve(&spec_for(scenario, producers), &[], to_timestamp(0.0))?;
         Ok(Ours {
             effective,
             status: None,
@@ -129,15 +165,29 @@ impl Autoscaler for Ours {
             config: None,
         };
         let d = decide::decide(&self.effective, self.status.as_ref(), &observation);
+        let desired = d.scale_to().map_or(obs.replicas, to_u32);
+        let mut status = d.status;
+        let producers = self.effective.producers.as_ref().map(|eff| {
+            let previous = self.status.as_ref().and_then(|s| s.producers.as_ref());
+            let p = decide_producers(eff, previous, &observation.fleet, observation.now);
+            let gate = ProducerGate {
+                state: p.status.state,
+                rate: p.status.rate,
+                event: p.event.map(|e| e.message),
+            };
+            status.producers = Some(p.status);
+            gate
+        });
         let out = Decision {
-            desired: d.scale_to().map_or(obs.replicas, to_u32),
+            desired,
             regime: Some(d.regime),
             action: Some(d.action),
             recommended: Some(to_u32(d.recommended_replicas)),
             reason: d.reason,
             requeue_after: Some(d.requeue_after.as_secs_f64()),
+            producers,
         };
-        self.status = Some(d.status);
+        self.status = Some(status);
         out
     }
 }
@@ -180,11 +230,11 @@ mod tests {
     #[test]
     fn backlog_scales_out_and_failing_dependency_holds() {
         let s = Scenario::from_yaml(YAML, "t").unwrap();
-        let mut o = Ours::new(&s).unwrap();
+        let mut o = Ours::new(&s, None).unwrap();
         let d = o.decide(&obs(15.0, 8, 0.0, 300.0, 30_000.0));
         assert_eq!(d.regime, Some(Regime::Backlogged), "{}", d.reason);
         assert!(d.desired > 8, "{d:?}");
-        let mut o = Ours::new(&s).unwrap();
+        let mut o = Ours::new(&s, None).unwrap();
         let mut t = 15.0;
         let mut last = None;
         for _ in 0..6 {

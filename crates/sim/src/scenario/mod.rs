@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use backpressure_api::duration::parse_duration;
+use backpressure_api::v1alpha1::ProducerMode;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A length of time in seconds, written as a Go-style duration string in scenario files.
@@ -90,6 +91,10 @@ pub struct Scenario {
     /// The queue.
     #[serde(default)]
     pub queue: QueueSpec,
+    /// Producer control (`spec.producers` of the operator) for our policy; absent: none. The
+    /// other policies never control the producers (they have no operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producers: Option<ProducersSection>,
     /// Each worker pod.
     #[serde(default)]
     pub workers: WorkersSpec,
@@ -178,6 +183,13 @@ pub struct QueueSpec {
     /// After this many failed deliveries a message moves to the DLQ (SQS `maxReceiveCount`).
     #[serde(default = "default_max_receives")]
     pub max_receives: u8,
+    /// The most messages the broker stores (a memory or length limit, like Redis `maxmemory`
+    /// with `noeviction` or a RabbitMQ `x-max-length` with `reject-publish`): waiting messages
+    /// (new or awaiting redelivery) plus delivered ones not yet acknowledged, which the broker
+    /// keeps until the ack. A message published while it is full is rejected. Absent:
+    /// unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u64>,
 }
 
 fn default_visibility() -> Dur {
@@ -192,8 +204,52 @@ impl Default for QueueSpec {
         QueueSpec {
             visibility_timeout: default_visibility(),
             max_receives: default_max_receives(),
+            capacity: None,
         }
     }
+}
+
+/// Producer control as a scenario gives it: the operator's `spec.producers` without the
+/// `targetRef` (the simulated producer workload). Our policy resolves it with the operator's
+/// `resolve` and decides it with `backpressure_core::producers::decide_producers`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProducersSection {
+    /// `Pause` (the default), `Throttle` or `Off`.
+    #[serde(default)]
+    pub mode: ProducerMode,
+    /// Watermarks on the queue depth, in messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<DepthMarks>,
+    /// Watermarks on the first-attempt queue age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_age: Option<AgeMarks>,
+    /// Shortest time restricted before resuming (the operator's default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_dwell: Option<Dur>,
+    /// Time of each step of the way back to open (the operator's default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_dwell: Option<Dur>,
+}
+
+/// Queue-depth watermarks.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DepthMarks {
+    /// Restrict the producers while more messages than this wait.
+    pub pause_above: u64,
+    /// Resume once fewer than this wait.
+    pub resume_below: u64,
+}
+
+/// Queue-age watermarks.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgeMarks {
+    /// Restrict the producers while the oldest message not yet delivered once is older.
+    pub pause_above: Dur,
+    /// Resume once it is younger.
+    pub resume_below: Dur,
 }
 
 /// A log-normal distribution given by its mean and log-space standard deviation.
@@ -472,6 +528,11 @@ pub struct Target {
     /// The target as the issue words it.
     #[serde(default)]
     pub text: String,
+    /// The policy whose run the target is about, by key (`crate::policy`); absent: ours
+    /// (`bp-ours`). Lets a producer-control scenario state what happens without producer
+    /// control (`bp-ours-ungated`) or with the other mode (`bp-ours-throttle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 /// Metrics a target can name.
@@ -521,6 +582,57 @@ pub enum TargetMetric {
     DlqPerFailedAttemptVsGreedy,
     /// DLQ messages minus those of backpressure + static (the same workers, no autoscaler).
     DlqVsStatic,
+    /// Highest broker queue depth (messages waiting, new or awaiting redelivery) at any tick.
+    PeakQueueDepth,
+    /// Publishes the broker rejected because it was full (`queue.capacity`).
+    BrokerRejected,
+    /// Messages lost to broker rejections (rejected and not held by the producer).
+    LostToBroker,
+    /// Highest producer-side backlog (messages the producer gate has not admitted yet).
+    PeakProducerBacklog,
+    /// Highest time from a message's demand at the producer to its completion (seconds).
+    MaxEndToEndAge,
+    /// 99th percentile of that time over completed messages (seconds).
+    P99EndToEndAge,
+    /// Time after recovery until the broker queue and the producer backlog are both back to
+    /// their pre-incident level, divided by the theoretical minimum for that backlog: 1 when
+    /// producer control costs no throughput after recovery.
+    SystemDrainRatio,
+}
+
+impl ProducersSection {
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        if let Some(d) = self.queue_depth
+            && d.resume_below >= d.pause_above
+        {
+            return Err((
+                "producers.queueDepth.resumeBelow",
+                format!(
+                    "{} must be below pauseAbove {}",
+                    d.resume_below, d.pause_above
+                ),
+            ));
+        }
+        if let Some(a) = self.queue_age
+            && a.resume_below.0 >= a.pause_above.0
+        {
+            return Err((
+                "producers.queueAge.resumeBelow",
+                "must be below pauseAbove".to_owned(),
+            ));
+        }
+        if self.mode != ProducerMode::Off && self.queue_depth.is_none() && self.queue_age.is_none()
+        {
+            return Err((
+                "producers",
+                "set queueDepth or queueAge watermarks".to_owned(),
+            ));
+        }
+        if self.resume_dwell.is_some_and(|d| d.0 < 1.0) {
+            return Err(("producers.resumeDwell", "must be >= 1s".to_owned()));
+        }
+        Ok(())
+    }
 }
 
 impl Scenario {
@@ -669,6 +781,26 @@ impl Scenario {
         for w in self.incident.iter().chain(self.goodput_window.iter()) {
             if w.start.0 > w.end.0 || w.end.0 > self.duration.0 {
                 return Err(self.invalid("incident", "need start <= end <= duration"));
+            }
+        }
+        if self.queue.capacity == Some(0) {
+            return Err(self.invalid("queue.capacity", "must be >= 1"));
+        }
+        if let Some(p) = &self.producers {
+            p.validate()
+                .map_err(|(field, reason)| self.invalid(field, reason))?;
+        }
+        for t in &self.targets {
+            if let Some(key) = &t.policy {
+                let Some(policy) = crate::policy::by_key(key) else {
+                    return Err(self.invalid("targets.policy", format!("unknown policy {key}")));
+                };
+                if !crate::policy::for_scenario(self).contains(&policy) {
+                    return Err(self.invalid(
+                        "targets.policy",
+                        format!("{key} runs only on scenarios with a producers section"),
+                    ));
+                }
             }
         }
         if !pos(self.autoscaler.sync.0)

@@ -41,7 +41,7 @@ fn comparison_markdown(md: &mut String, sweep: &Sweep) {
     let _ = writeln!(md);
     let _ = writeln!(md, "|---|---|{}", "---:|".repeat(POLICIES.len()));
     for s in &sweep.scenarios {
-        for t in &s.targets {
+        for t in ours_targets(s) {
             let _ = write!(
                 md,
                 "| {} | {} |",
@@ -88,7 +88,7 @@ fn comparison_markdown(md: &mut String, sweep: &Sweep) {
     let _ = writeln!(md);
     let _ = writeln!(md, "|---|---|---|{}", "---:|".repeat(others.len()));
     for s in &sweep.scenarios {
-        for t in &s.targets {
+        for t in ours_targets(s) {
             let dir = better(&t.target);
             let _ = write!(
                 md,
@@ -116,7 +116,7 @@ fn comparison_markdown(md: &mut String, sweep: &Sweep) {
     let missed: Vec<(&ScenarioSweep, &TargetSweep)> = sweep
         .scenarios
         .iter()
-        .flat_map(|s| s.targets.iter().map(move |t| (s, t)))
+        .flat_map(|s| ours_targets(s).map(move |t| (s, t)))
         .filter(|(_, t)| {
             let a = aggregate(&t.target, &t.values);
             a.met < a.n
@@ -187,6 +187,14 @@ fn comparison_markdown(md: &mut String, sweep: &Sweep) {
     }
 }
 
+/// The targets of a scenario that are about ours (a target about a variant of ours, such as the
+/// run without producer control, is not compared with the other policies).
+fn ours_targets(s: &ScenarioSweep) -> impl Iterator<Item = &TargetSweep> {
+    s.targets
+        .iter()
+        .filter(|t| report::target_policy(&t.target) == BP_OURS)
+}
+
 fn fmt_value(target: &Target, v: Option<f64>) -> String {
     v.map_or_else(|| "not measurable".to_owned(), |x| fmt_measured(target, x))
 }
@@ -206,11 +214,12 @@ pub fn markdown(sweep: &Sweep, prov: &Provenance) -> String {
          scenario runs with {} seeds, its file's seed `s` to `s + {}`: the seed drives the \
          Poisson arrivals, latencies, the dependency's failure draws, each pod's controller and \
          the timing, length and depth of intermittent error spikes; steps, surges and hard or \
-         partial outages stay where the file puts them. All four policies run on every seed: the \
-         targets below are about ours (values and verdicts come from the same code as the \
-         report's, `report::target_value` and `report::target_met`); the other three are \
-         measured with the same metrics in the section [Against the other policies, on the \
-         same seeds](#against-the-other-policies-on-the-same-seeds).\n",
+         partial outages stay where the file puts them. All four policies run on every seed \
+         (on a scenario with producer control also two variants of ours: without it, and in \
+         mode Throttle): the targets below are about ours unless they name a variant (values \
+         and verdicts come from the same code as the report's, `report::target_value` and \
+         `report::target_met`); the other three are measured with the same metrics in the \
+         section [Against the other policies, on the same seeds](#against-the-other-policies-on-the-same-seeds).\n",
         prov.command,
         sweep.seeds,
         sweep.seeds.saturating_sub(1),

@@ -16,7 +16,7 @@
 
 use crate::engine::{SimError, Simulation};
 use crate::metrics::{Summary, summarize};
-use crate::policy::{BP_OURS, POLICIES, Policy};
+use crate::policy::{BP_OURS, Policy};
 use crate::report::{self, PolicyRuns};
 use crate::scenario::{Scenario, Target};
 
@@ -45,12 +45,13 @@ pub fn seeded(s: &Scenario, n: usize) -> Vec<Scenario> {
 }
 
 /// The policies run on `s`: all of [`POLICIES`] (the targets need ours and the policies of
-/// [`report::target_policies`], the comparison all of them), none without targets.
+/// [`report::target_policies`], the comparison all of them), plus the variants of ours on a
+/// scenario with producer control ([`crate::policy::for_scenario`]); none without targets.
 pub fn policies(s: &Scenario) -> Vec<Policy> {
     if s.targets.is_empty() {
         Vec::new()
     } else {
-        POLICIES.to_vec()
+        crate::policy::for_scenario(s)
     }
 }
 

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
-use crate::policy::{BP_KEDA, BP_STATIC, GREEDY_KEDA};
+use crate::policy::{BP_KEDA, BP_STATIC, GREEDY_KEDA, POLICIES, PRODUCER_VARIANTS};
 use crate::scenario::{TargetMetric, Timeline};
 
 fn file(name: &str) -> Scenario {
@@ -14,6 +14,7 @@ fn target(metric: TargetMetric, max: Option<f64>, min: Option<f64>) -> Target {
         max,
         min,
         text: String::new(),
+        policy: None,
     }
 }
 
@@ -52,6 +53,10 @@ fn every_policy_runs_where_there_are_targets() {
     let mut none = file("1-intermittent-outage.yaml");
     none.targets.clear();
     assert!(policies(&none).is_empty());
+    // A scenario with producer control also runs the variants of ours.
+    let gated = file("12-bounded-broker-outage.yaml");
+    let expected: Vec<Policy> = POLICIES.iter().chain(&PRODUCER_VARIANTS).copied().collect();
+    assert_eq!(policies(&gated), expected);
 }
 
 #[test]
@@ -211,6 +216,18 @@ fn summary(dlq: u64, max_age: f64, held: f64) -> Summary {
         held_after_recovery: None,
         held_with_headroom_per_hour: 0.0,
         held_with_headroom_after_recovery: None,
+        demanded: 0,
+        broker_rejected: 0,
+        lost_to_broker: 0,
+        peak_depth: 0,
+        peak_producer_backlog: 0,
+        max_end_to_end: 0.0,
+        p99_end_to_end: 0.0,
+        system_drain: None,
+        restricted_secs: None,
+        producer_changes: 0,
+        restrictions: 0,
+        reopened_after: None,
     }
 }
 
