@@ -89,6 +89,11 @@ pub struct ProducerStatus {
     /// Messages per second the whole producer workload may send (`Throttled`, `Resuming`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
+    /// `Resuming`: the rate allowed in the step before this one (0 after a pause). The arrival
+    /// rate's window can still reach into that step, so whether the producers send less than
+    /// they may is judged against the lower of the two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_rate: Option<f64>,
     /// Since when every signal has been below its low watermark without interruption.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub below_resume_since: Option<Time>,

@@ -13,7 +13,7 @@
 //!   Open ───────────────► Paused (Pause) / Throttled ──────────────────────────────► Resuming
 //!    ▲                      ▲   (Throttle: rate = 0.9 × completion)                  │  │
 //!    │                      └──────────────── level Above ─────────────────────────────┘  │
-//!    └─────────── a step of resumeDwell with arrivals < 0.9 × rate and level Below ──────┘
+//!    └──── a step of resumeDwell with arrivals < 0.9 × min(rate, previousRate), level Below ┘
 //! ```
 //!
 //! The **level** of the queue: `Above` when any configured signal (depth, age) is above its
@@ -28,13 +28,23 @@
 //! completions) that is 0, the same as a pause. An unknown completion rate keeps the last rate.
 //!
 //! **Resuming** is the way back without refilling the queue faster than the workers drain it:
-//! it starts at the completion rate (at least [`MIN_RATE`]), so arrivals match the drain. After
-//! each `resumeDwell` step: with the queue still below the low watermark the rate doubles, or,
-//! if arrivals stayed under 0.9 × the allowed rate (the limit no longer binds: producers send
-//! less than they may), the producers are `Open`; with the queue back between the watermarks
-//! the rate falls to the completion rate; above the high watermark they are restricted again.
-//! `resumeDwell` should be at least the metrics' `rate()` window, so that a step is judged on
-//! arrivals at its own rate.
+//! it starts at the completion rate (at least [`MIN_RATE`]), so arrivals match the drain. Each
+//! `resumeDwell` is a step. With the queue still below the low watermark the rate doubles (at
+//! least the completion rate); between the watermarks it stays; and it never exceeds
+//!
+//! ```text
+//!   cap = completion + room / resumeDwell,   room = messages until the watermarks' midpoint
+//! ```
+//!
+//! (for the age watermarks, the midpoint age times the completion rate less the queue depth),
+//! so one step at the
+//! full rate, which is what producers holding a backlog send, fills the queue at most to the
+//! midpoint; above the midpoint the cap is below the completion rate and the queue drains. The
+//! producers are `Open` after a step in which they sent less than 0.9 × what they were
+//! allowed, judged against the lower of this step's rate and the step before's
+//! (`previousRate`: the arrival rate's `rate()` window, read from a scrape, can reach into the
+//! step before); so never at the first step after a pause, whose window still holds the pause.
+//! Above the high watermark they are restricted again.
 //!
 //! # Status stability
 //!
@@ -199,12 +209,17 @@ pub fn decide_producers(
             .or(prev_rate)
             .unwrap_or(0.0)
     };
-    let resume_rate = || two_significant(completion.unwrap_or(0.0).max(MIN_RATE));
+    // While resuming, a step may add at most the room left below the watermarks' midpoint over
+    // one dwell on top of what the workers drain: `rate ≤ completion + room / resumeDwell`.
+    let drain = completion.unwrap_or(0.0);
+    let cap = room(eff, &fleet).map(|m| drain + m / eff.resume_dwell.as_secs_f64().max(1.0));
+    let bounded = |r: f64| two_significant(cap.map_or(r, |cap| r.min(cap)).max(MIN_RATE));
     let restrict = || match eff.mode {
         ProducerMode::Throttle => (ProducerState::Throttled, Some(throttle_rate())),
         _ => (ProducerState::Paused, None),
     };
 
+    let mut previous_rate = None;
     // (state, rate, entered now?, reason of a transition)
     let keep = |rate: Option<f64>| (prev_state, rate, false, None::<String>);
     let (state, rate, entered, why) = if eff.mode == ProducerMode::Off {
@@ -226,7 +241,8 @@ pub fn decide_producers(
             },
             ProducerState::Paused | ProducerState::Throttled => {
                 if level == Level::Below && elapsed_at_least(since, now, eff.pause_dwell) {
-                    let r = resume_rate();
+                    let r = bounded(drain);
+                    previous_rate = Some(prev_rate.unwrap_or(0.0));
                     (
                         ProducerState::Resuming,
                         Some(r),
@@ -252,7 +268,8 @@ pub fn decide_producers(
                 }
             }
             ProducerState::Resuming => {
-                let rate = prev_rate.unwrap_or_else(resume_rate);
+                let rate = prev_rate.unwrap_or_else(|| bounded(drain));
+                let before = previous.and_then(|p| p.previous_rate).unwrap_or(0.0);
                 match level {
                     Level::Above => {
                         let (s, r) = restrict();
@@ -266,11 +283,20 @@ pub fn decide_producers(
                             )),
                         )
                     }
-                    _ if !elapsed_at_least(since, now, eff.resume_dwell) => keep(Some(rate)),
+                    Level::Unknown => {
+                        previous_rate = Some(before);
+                        keep(Some(rate))
+                    }
+                    _ if !elapsed_at_least(since, now, eff.resume_dwell) => {
+                        previous_rate = Some(before);
+                        keep(Some(rate))
+                    }
+                    // The arrival rate's window may reach into the step before: compare it with
+                    // the lower of the two steps' rates.
                     Level::Below
                         if fleet
                             .arrival_rate
-                            .is_some_and(|a| a < NOT_BINDING_SHARE * rate) =>
+                            .is_some_and(|a| a < NOT_BINDING_SHARE * rate.min(before)) =>
                     {
                         let a = fleet.arrival_rate.unwrap_or_default();
                         (
@@ -278,38 +304,27 @@ pub fn decide_producers(
                             None,
                             true,
                             Some(format!(
-                                "{signals}, arrivals {} messages/s below the allowed {rate}: open",
-                                two_significant(a)
+                                "{signals}, arrivals {} messages/s below the allowed {}: open",
+                                two_significant(a),
+                                rate.min(before)
                             )),
                         )
                     }
-                    Level::Below => {
-                        let r = two_significant((rate * RESUME_GROWTH).max(resume_rate()));
-                        (
-                            ProducerState::Resuming,
-                            Some(r),
-                            true,
-                            Some(format!(
-                                "{signals}: allowed rate raised from {rate} to {r} messages/s"
-                            )),
-                        )
-                    }
-                    Level::Between => {
-                        let r = resume_rate();
-                        if r < rate {
-                            (
-                                ProducerState::Resuming,
-                                Some(r),
-                                true,
-                                Some(format!(
-                                    "{signals}: allowed rate lowered from {rate} to the completion rate {r} messages/s"
-                                )),
-                            )
+                    // A new step: the rate doubles below the low watermark (at least the
+                    // completion rate), stays between them, and never exceeds the cap.
+                    _ => {
+                        let r = if level == Level::Below {
+                            bounded((rate * RESUME_GROWTH).max(drain))
                         } else {
-                            keep(Some(rate))
-                        }
+                            bounded(rate)
+                        };
+                        previous_rate = Some(rate);
+                        let why = (r != rate).then(|| {
+                            let verb = if r > rate { "raised" } else { "lowered" };
+                            format!("{signals}: allowed rate {verb} from {rate} to {r} messages/s")
+                        });
+                        (ProducerState::Resuming, Some(r), true, why)
                     }
-                    Level::Unknown => keep(Some(rate)),
                 }
             }
         }
@@ -327,7 +342,7 @@ pub fn decide_producers(
         since
     };
     let event = why.map(|message| DecisionEvent {
-        type_: if state == ProducerState::Open {
+        type_: if matches!(state, ProducerState::Open | ProducerState::Resuming) {
             EventType::Normal
         } else {
             EventType::Warning
@@ -340,6 +355,7 @@ pub fn decide_producers(
         state,
         since: Some(Time(since)),
         rate,
+        previous_rate: previous_rate.filter(|_| state == ProducerState::Resuming),
         below_resume_since: below_since.map(Time),
         watermarks: Some(watermarks_text(eff)),
         reason,
@@ -349,6 +365,29 @@ pub fn decide_producers(
         pods_total: previous.and_then(|p| p.pods_total),
     };
     ProducerDecision { status, event }
+}
+
+/// Messages that may be added before the queue reaches the midpoint of its watermarks, by the
+/// tightest configured signal (`None` when no configured signal is known). For the age, the
+/// room is what the workers complete in the midpoint age less what already waits: a message
+/// sent now waits about `depth / completion` (first in, first out), while the oldest message's
+/// age trails the depth by that long and would let a step overshoot.
+fn room(eff: &EffectiveProducers, fleet: &FleetMetrics) -> Option<f64> {
+    let mid = |(pause, resume): (f64, f64)| (pause + resume) / 2.0;
+    let depth = eff.depth.zip(fleet.queue_depth).map(|(w, d)| mid(w) - d);
+    let completion = fleet.completion_rate.unwrap_or(0.0);
+    let age = eff.age.and_then(|(pause, resume)| {
+        let m = mid((pause.as_secs_f64(), resume.as_secs_f64()));
+        match (fleet.queue_depth, fleet.queue_age) {
+            (Some(d), _) => Some(m * completion - d),
+            (None, Some(a)) => Some((m - a) * completion),
+            (None, None) => None,
+        }
+    });
+    match (depth, age) {
+        (Some(d), Some(a)) => Some(d.min(a)),
+        (d, a) => d.or(a),
+    }
 }
 
 fn restrict_words(state: ProducerState, rate: Option<f64>) -> String {

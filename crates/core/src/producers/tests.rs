@@ -129,7 +129,7 @@ fn throttle_lets_producers_send_a_share_of_what_the_workers_complete() {
 }
 
 #[test]
-fn resuming_doubles_the_rate_while_below_and_opens_once_the_limit_no_longer_binds() {
+fn resuming_is_capped_by_the_room_below_the_midpoint_and_opens_once_the_limit_no_longer_binds() {
     let e = eff(ProducerMode::Pause);
     let ds = run(
         &e,
@@ -138,38 +138,72 @@ fn resuming_doubles_the_rate_while_below_and_opens_once_the_limit_no_longer_bind
             (60, depth(100.0, 40.0, 0.0)),
             // Within the step: nothing changes.
             (90, depth(100.0, 40.0, 40.0)),
-            // A full step at the limit (arrivals 40 of 40): double.
+            // A full step at the limit: the rate may double, but one dwell at the new rate
+            // must not fill the queue past the watermarks' midpoint (500): 40 + 400 / 60.
             (120, depth(100.0, 40.0, 40.0)),
-            // Arrivals 70 of the 80 allowed (under 0.9 × 80 = 72): the limit no longer binds.
-            (180, depth(120.0, 70.0, 70.0)),
+            // Arrivals 10 of the 40 allowed in the step before (the window may reach into it).
+            (180, depth(150.0, 40.0, 10.0)),
         ],
     );
     use ProducerState::*;
     assert_eq!(states(&ds), [Paused, Resuming, Resuming, Resuming, Open]);
-    assert_eq!(ds[3].status.rate, Some(80.0));
-    assert_eq!(ds[3].event.as_ref().unwrap().reason, "ProducersRateChanged");
+    assert_eq!(ds[1].status.rate, Some(40.0));
+    assert_eq!(ds[1].status.previous_rate, Some(0.0));
+    assert_eq!(ds[3].status.rate, Some(47.0));
+    assert_eq!(ds[3].status.previous_rate, Some(40.0));
+    let step = ds[3].event.as_ref().unwrap();
+    assert_eq!(step.reason, "ProducersRateChanged");
+    assert_eq!(step.type_, EventType::Normal);
     assert_eq!(ds[4].status.rate, None);
+    assert_eq!(ds[4].status.previous_rate, None);
     assert_eq!(ds[4].event.as_ref().unwrap().reason, "ProducersOpen");
 }
 
 #[test]
-fn resuming_falls_back_to_the_drain_rate_between_the_watermarks_and_restricts_above() {
+fn resuming_doubles_with_room_and_never_opens_on_a_window_that_reaches_into_the_pause() {
+    let mut e = eff(ProducerMode::Pause);
+    e.depth = Some((100_000.0, 20_000.0));
+    let ds = run(
+        &e,
+        &[
+            (0, depth(200_000.0, 0.0, 10.0)),
+            (60, depth(100.0, 40.0, 0.0)),
+            // Arrivals 5 of the 40 allowed: the rate window still covers the pause (0).
+            (120, depth(100.0, 40.0, 5.0)),
+            (180, depth(100.0, 40.0, 75.0)),
+            (240, depth(100.0, 40.0, 150.0)),
+        ],
+    );
+    use ProducerState::*;
+    assert_eq!(
+        states(&ds),
+        [Paused, Resuming, Resuming, Resuming, Resuming]
+    );
+    let rates: Vec<_> = ds.iter().map(|d| d.status.rate).collect();
+    assert_eq!(
+        rates,
+        [None, Some(40.0), Some(80.0), Some(160.0), Some(320.0)]
+    );
+}
+
+#[test]
+fn resuming_falls_below_the_drain_rate_above_the_midpoint_and_restricts_above() {
     let e = eff(ProducerMode::Pause);
     let ds = run(
         &e,
         &[
             (0, depth(900.0, 0.0, 10.0)),
             (60, depth(100.0, 40.0, 0.0)),
-            (120, depth(100.0, 40.0, 40.0)),
-            (180, depth(400.0, 50.0, 80.0)),
-            (190, depth(850.0, 50.0, 50.0)),
+            // Between the watermarks, above their midpoint: less than the workers drain.
+            (120, depth(650.0, 40.0, 40.0)),
+            (130, depth(850.0, 40.0, 40.0)),
         ],
     );
     use ProducerState::*;
-    assert_eq!(states(&ds), [Paused, Resuming, Resuming, Resuming, Paused]);
-    assert_eq!(ds[2].status.rate, Some(80.0));
-    assert_eq!(ds[3].status.rate, Some(50.0), "back to the completion rate");
-    assert_eq!(ds[4].event.as_ref().unwrap().reason, "ProducersPaused");
+    assert_eq!(states(&ds), [Paused, Resuming, Resuming, Paused]);
+    assert_eq!(ds[2].status.rate, Some(38.0), "40 - 150 / 60");
+    assert!(ds[2].event.as_ref().unwrap().message.contains("lowered"));
+    assert_eq!(ds[3].event.as_ref().unwrap().reason, "ProducersPaused");
 }
 
 #[test]
@@ -259,4 +293,36 @@ fn the_pushed_document_shares_the_rate_among_ready_pods() {
         render_producer_config(&e, &open.status, 2).state,
         GateState::Open
     );
+}
+
+#[test]
+fn the_age_room_counts_what_already_waits_not_the_oldest_messages_age() {
+    let mut e = eff(ProducerMode::Pause);
+    e.depth = None;
+    e.age = Some((Duration::from_secs(120), Duration::from_secs(30)));
+    let fleet = |age: f64, depth: f64, arrival: f64| FleetMetrics {
+        queue_age: Some(age),
+        queue_depth: Some(depth),
+        completion_rate: Some(100.0),
+        arrival_rate: Some(arrival),
+        ..FleetMetrics::default()
+    };
+    let ds = run(
+        &e,
+        &[
+            (0, fleet(200.0, 30_000.0, 0.0)),
+            (60, fleet(5.0, 1_000.0, 0.0)),
+            (120, fleet(5.0, 1_000.0, 100.0)),
+            // The oldest message is still young, but what waits already takes 80 s to drain:
+            // past the midpoint age (75 s), so the rate falls below the completion rate.
+            (180, fleet(20.0, 8_000.0, 200.0)),
+        ],
+    );
+    use ProducerState::*;
+    assert_eq!(states(&ds), [Paused, Resuming, Resuming, Resuming]);
+    assert_eq!(ds[1].status.rate, Some(100.0));
+    // 100 + (75 s × 100/s − 1000) / 60 s = 208.
+    assert_eq!(ds[2].status.rate, Some(200.0));
+    // 100 + (7500 − 8000) / 60 = 92.
+    assert_eq!(ds[3].status.rate, Some(92.0));
 }
