@@ -131,10 +131,10 @@ impl ProducerConfig {
             }
             _ => {}
         }
-        if self.retry_after_ms > MAX_RETRY_AFTER_MS {
+        if !(1..=MAX_RETRY_AFTER_MS).contains(&self.retry_after_ms) {
             return Err(field(
                 "retryAfterMs",
-                format!("{} exceeds {MAX_RETRY_AFTER_MS}", self.retry_after_ms),
+                format!("{} is not in [1, {MAX_RETRY_AFTER_MS}]", self.retry_after_ms),
             ));
         }
         if !self.hash.is_empty() {
@@ -192,12 +192,14 @@ mod tests {
             };
             assert_eq!(field(&c), "ratePerSecond");
         }
-        let slow = ProducerConfig {
-            retry_after_ms: MAX_RETRY_AFTER_MS + 1,
-            hash: String::new(),
-            ..d.clone()
-        };
-        assert_eq!(field(&slow), "retryAfterMs");
+        for retry_after_ms in [0, MAX_RETRY_AFTER_MS + 1] {
+            let c = ProducerConfig {
+                retry_after_ms,
+                hash: String::new(),
+                ..d.clone()
+            };
+            assert_eq!(field(&c), "retryAfterMs");
+        }
         let ok = ProducerConfig {
             rate_per_second: Some(2.5),
             ..throttled
