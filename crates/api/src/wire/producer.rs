@@ -134,7 +134,10 @@ impl ProducerConfig {
         if !(1..=MAX_RETRY_AFTER_MS).contains(&self.retry_after_ms) {
             return Err(field(
                 "retryAfterMs",
-                format!("{} is not in [1, {MAX_RETRY_AFTER_MS}]", self.retry_after_ms),
+                format!(
+                    "{} is not in [1, {MAX_RETRY_AFTER_MS}]",
+                    self.retry_after_ms
+                ),
             ));
         }
         if !self.hash.is_empty() {
