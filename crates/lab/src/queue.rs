@@ -16,6 +16,20 @@
 //!
 //! Because acknowledged and dead-lettered messages are deleted from the stream, every message
 //! ever produced is in exactly one place: `produced = completed + dead_lettered + in the stream`.
+//!
+//! # A bounded broker
+//!
+//! [`Queue::limit_memory`] sets `maxmemory` with the `noeviction` policy: once Redis uses more,
+//! it refuses every command that may grow memory with an `OOM` error, as a broker at its memory
+//! limit refuses publishers. [`Queue::produce_one`] is such a write ([`QueueError::is_oom`]
+//! tells the refusal apart). The consumer side keeps working over the limit, as it does on a
+//! broker whose memory alarm blocks only publishers: `fetch`, `ack` and `nack` are scripts
+//! flagged `allow-oom` (Redis 7), since what they write (the claim cursor, the completion
+//! counter, a message moved to the dead-letter stream) is small or moved, not added, and an
+//! ack deletes the message. Without the flag, whether Redis lets such a script write over the
+//! limit depends on the order of its commands (a command that may grow memory is refused while
+//! the script has written nothing yet), and a refused completion count would stop the queue
+//! from draining back under the limit.
 
 use std::path::Path;
 use std::time::Duration;
@@ -41,6 +55,40 @@ pub enum QueueError {
     /// The server could not be started.
     #[error("redis-server: {0}")]
     Server(String),
+}
+
+impl QueueError {
+    /// True when Redis refused a write because it is at its memory limit (`OOM`).
+    pub fn is_oom(&self) -> bool {
+        matches!(self, QueueError::Redis(e) if e.code() == Some("OOM"))
+    }
+}
+
+/// The broker's memory, from `INFO memory`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// `used_memory`: bytes allocated by Redis, what `maxmemory` is compared with.
+    pub used: u64,
+    /// `used_memory_peak`: the highest `used_memory` since the server started.
+    pub peak: u64,
+    /// `maxmemory` (0: no limit).
+    pub max: u64,
+}
+
+impl Memory {
+    /// Reads the fields of an `INFO memory` answer.
+    pub fn parse(info: &str) -> Option<Self> {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        Some(Memory {
+            used: field("used_memory")?,
+            peak: field("used_memory_peak")?,
+            max: field("maxmemory").unwrap_or(0),
+        })
+    }
 }
 
 /// A running `redis-server`.
@@ -155,7 +203,7 @@ pub fn id_millis(id: &str) -> Option<u64> {
     id.split('-').next()?.parse().ok()
 }
 
-const FETCH: &str = r#"
+const FETCH: &str = r#"#!lua flags=allow-oom
 local stream, dlq, deadcount, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer = ARGV[1], ARGV[2]
 local want = tonumber(ARGV[3])
@@ -189,7 +237,7 @@ end
 return out
 "#;
 
-const ACK: &str = r#"
+const ACK: &str = r#"#!lua flags=allow-oom
 local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 if n == 1 then
   redis.call('XDEL', KEYS[1], ARGV[2])
@@ -198,7 +246,7 @@ end
 return n
 "#;
 
-const NACK: &str = r#"
+const NACK: &str = r#"#!lua flags=allow-oom
 return #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 "#;
 
@@ -331,6 +379,48 @@ impl Queue {
         let mut c = self.conn.clone();
         pipe.query_async::<()>(&mut c).await?;
         Ok(())
+    }
+
+    /// Adds one message; a Redis at its memory limit refuses it ([`QueueError::is_oom`]) and
+    /// nothing is added.
+    pub async fn produce_one(&self, body: &str) -> Result<(), QueueError> {
+        let mut c = self.conn.clone();
+        let _: Value = redis::cmd("XADD")
+            .arg(self.stream_key())
+            .arg("*")
+            .arg("body")
+            .arg(body)
+            .query_async(&mut c)
+            .await?;
+        Ok(())
+    }
+
+    /// Bounds the whole Redis server this queue lives in: `maxmemory` `bytes` with the
+    /// `noeviction` policy (see the module docs).
+    pub async fn limit_memory(&self, bytes: u64) -> Result<(), QueueError> {
+        let mut c = self.conn.clone();
+        for (key, value) in [
+            ("maxmemory-policy", "noeviction".to_owned()),
+            ("maxmemory", bytes.to_string()),
+        ] {
+            let _: Value = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(key)
+                .arg(value)
+                .query_async(&mut c)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The server's memory use (`INFO memory`).
+    pub async fn memory(&self) -> Result<Memory, QueueError> {
+        let mut c = self.conn.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut c)
+            .await?;
+        Memory::parse(&info).ok_or_else(|| QueueError::Reply("INFO memory without used_memory".into()))
     }
 
     /// Delivers up to `max` messages to `consumer`: reclaimed ones first, then new ones.
@@ -494,6 +584,74 @@ mod tests {
         assert_eq!(s.depth(), 3);
         assert!(s.conserved());
         assert!(!QueueStats { completed: 6, ..s }.conserved());
+    }
+
+    #[test]
+    fn memory_from_info() {
+        let info = "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\nused_memory_peak:2097152\r\nmaxmemory:4194304\r\nmaxmemory_human:4.00M\r\n";
+        assert_eq!(
+            Memory::parse(info),
+            Some(Memory {
+                used: 1_048_576,
+                peak: 2_097_152,
+                max: 4_194_304
+            })
+        );
+        assert_eq!(Memory::parse("# Memory\r\n"), None);
+    }
+
+    /// Against a real redis-server with `maxmemory`: a write beyond it is refused with OOM
+    /// and adds nothing; the consumer side (fetch, nack, ack, dead-lettering) keeps working
+    /// over the limit, and acks bring the memory back under it so writes succeed again.
+    #[tokio::test]
+    async fn real_redis_semantics_memory_limit_refuses_writes_not_consumers() {
+        let dir = std::env::temp_dir().join(format!("bp-lab-oom-{}", std::process::id()));
+        let mut server = RedisServer::start(&dir).unwrap();
+        let q = Queue::connect(&server.url(), "m", Duration::from_millis(100), 1)
+            .await
+            .unwrap();
+        q.create().await.unwrap();
+        let base = q.memory().await.unwrap();
+        assert!(base.used > 0 && base.max == 0, "{base:?}");
+        let limit = base.used + 600_000;
+        q.limit_memory(limit).await.unwrap();
+        assert_eq!(q.memory().await.unwrap().max, limit);
+        let body = "x".repeat(8000);
+        let mut written = 0u64;
+        let refusal = loop {
+            match q.produce_one(&body).await {
+                Ok(()) => written += 1,
+                Err(e) => break e,
+            }
+            assert!(written < 1000, "never refused");
+        };
+        assert!(refusal.is_oom(), "{refusal}");
+        assert!(written >= 50, "{written}");
+        let s = q.stats().await.unwrap();
+        assert_eq!(s.produced, written, "a refused write adds nothing");
+        let m = q.memory().await.unwrap();
+        assert!(m.used >= limit && m.peak >= m.used, "{m:?}");
+
+        // Over the limit: fetch, nack, and (after the visibility timeout, one delivery
+        // allowed) dead-lettering, then acks.
+        let got = q.fetch("a", 2).await.unwrap();
+        assert_eq!(got.len(), 2);
+        for d in &got {
+            q.nack(&d.id).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let next = q.fetch("a", 1000).await.unwrap();
+        assert_eq!(q.stats().await.unwrap().dead_lettered, 2);
+        assert_eq!(next.len() as u64, written - 2);
+        for d in &next {
+            assert!(q.ack(&d.id).await.unwrap());
+        }
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.completed, s.dead_lettered), (written - 2, 2));
+        assert!(s.conserved(), "{s:?}");
+        q.produce_one(&body).await.unwrap();
+        server.stop();
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// Against a real redis-server: at-least-once, redelivery after the visibility timeout,
