@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
-use crate::kubelet::{POD_LABEL, POD_LABEL_VALUE};
+use crate::kubelet::{POD_LABEL, POD_LABEL_VALUE, PRODUCER_LABEL_VALUE};
 
 /// Namespace of the operator (as the chart installs it).
 pub const OPERATOR_NAMESPACE: &str = "backpressure-system";
@@ -143,6 +143,30 @@ impl Cluster {
         name: &str,
         replicas: i32,
     ) -> Result<(), ClusterError> {
+        self.create_deployment(namespace, name, replicas, POD_LABEL_VALUE)
+            .await
+    }
+
+    /// Creates the producer Deployment of a run (its pods run `backpressure-lab producer`).
+    pub async fn create_producers(
+        &self,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+    ) -> Result<(), ClusterError> {
+        self.create_deployment(namespace, name, replicas, PRODUCER_LABEL_VALUE)
+            .await
+    }
+
+    /// A Deployment whose pods the kubelet stand-in runs as `role` ([`POD_LABEL`]), with the
+    /// admin port named as the operator looks for it.
+    async fn create_deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+        role: &str,
+    ) -> Result<(), ClusterError> {
         let api: Api<Deployment> = Api::namespaced(self.client()?, namespace);
         let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
         let d: Deployment = serde_json::from_value(serde_json::json!({
@@ -154,12 +178,12 @@ impl Cluster {
                 "selector": {"matchLabels": {"app": name}},
                 "strategy": {"type": "RollingUpdate"},
                 "template": {
-                    "metadata": {"labels": {"app": name, POD_LABEL: POD_LABEL_VALUE}},
+                    "metadata": {"labels": {"app": name, POD_LABEL: role}},
                     "spec": {
                         "terminationGracePeriodSeconds": 10,
                         "containers": [{
-                            "name": "worker",
-                            "image": "backpressure-lab/worker",
+                            "name": role,
+                            "image": format!("backpressure-lab/{role}"),
                             "ports": [{"name": backpressure_api::wire::ADMIN_PORT_NAME, "containerPort": port}]
                         }]
                     }

@@ -1,5 +1,6 @@
-//! A kubelet stand-in: it registers a Node, binds the lab's worker pods to it, runs one real
-//! worker process per pod on its own loopback address 127.0.0.N, reports the pod Running and
+//! A kubelet stand-in: it registers a Node, binds the lab's pods (workers, and producers in the
+//! scenarios that run them as pods) to it, runs one real process per pod on its own loopback
+//! address 127.0.0.N, reports the pod Running and
 //! Ready (with its podIP) through the API after a startup delay, and stops the process when the
 //! pod is deleted.
 //!
@@ -21,10 +22,12 @@ use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use tokio::task::JoinHandle;
 
-/// Label that marks the pods this stand-in runs.
+/// Label that marks the pods this stand-in runs; its value is the pod's role.
 pub const POD_LABEL: &str = "backpressure.dev/lab";
-/// Value of [`POD_LABEL`].
+/// Value of [`POD_LABEL`] on worker pods (the only ones Prometheus scrapes).
 pub const POD_LABEL_VALUE: &str = "worker";
+/// Value of [`POD_LABEL`] on producer pods.
+pub const PRODUCER_LABEL_VALUE: &str = "producer";
 
 /// Addresses 127.0.0.2 ..= 127.0.0.254, lowest free first, reused after release.
 #[derive(Debug, Default)]
@@ -74,9 +77,9 @@ pub struct Launch {
     pub ready_port: u16,
 }
 
-/// Decides what to run for a pod: (namespace, pod name, address) → launch, or None to leave the
-/// pod pending.
-pub type Launcher = Arc<dyn Fn(&str, &str, Ipv4Addr) -> Option<Launch> + Send + Sync>;
+/// Decides what to run for a pod: (namespace, pod name, role (the [`POD_LABEL`] value),
+/// address) → launch, or None to leave the pod pending.
+pub type Launcher = Arc<dyn Fn(&str, &str, &str, Ipv4Addr) -> Option<Launch> + Send + Sync>;
 
 struct Running {
     ip: Ipv4Addr,
@@ -219,7 +222,9 @@ async fn register_node(client: &kube::Client, name: &str) -> Result<(), kube::Er
 
 async fn watch_pods(state: Arc<State>) {
     let pods: Api<Pod> = Api::all(state.client.clone());
-    let cfg = watcher::Config::default().labels(&format!("{POD_LABEL}={POD_LABEL_VALUE}"));
+    let cfg = watcher::Config::default().labels(&format!(
+        "{POD_LABEL} in ({POD_LABEL_VALUE},{PRODUCER_LABEL_VALUE})"
+    ));
     let mut stream = watcher(pods, cfg).boxed();
     while let Some(ev) = stream.next().await {
         match ev {
@@ -314,14 +319,21 @@ async fn on_pod(state: &Arc<State>, pod: Pod) {
                 .map(|p| p.contains_key(&k))
                 .unwrap_or(true);
             if !started {
-                start_pod(state, &ns, &name, &k).await;
+                let role = pod
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(POD_LABEL))
+                    .map(String::as_str)
+                    .unwrap_or(POD_LABEL_VALUE);
+                start_pod(state, &ns, &name, role, &k).await;
             }
         }
         Some(_) => {}
     }
 }
 
-async fn start_pod(state: &Arc<State>, ns: &str, name: &str, k: &str) {
+async fn start_pod(state: &Arc<State>, ns: &str, name: &str, role: &str, k: &str) {
     let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
     let Some(ip) = state
         .ips
@@ -332,7 +344,7 @@ async fn start_pod(state: &Arc<State>, ns: &str, name: &str, k: &str) {
         tracing::warn!(pod = %k, "kubelet: no free loopback address");
         return;
     };
-    let Some(launch) = (state.launcher)(ns, name, ip) else {
+    let Some(launch) = (state.launcher)(ns, name, role, ip) else {
         if let Ok(mut p) = state.ips.lock() {
             p.release(ip);
         }

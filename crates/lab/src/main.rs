@@ -1,6 +1,6 @@
 //! `backpressure-lab`: run a scenario with real parts (`demo`), run every scenario and check the
-//! end-to-end conditions (`e2e`), or act as one worker process (`worker`, started by the lab's
-//! kubelet stand-in).
+//! end-to-end conditions (`e2e`), or act as one worker or producer process (`worker`,
+//! `producer`, started by the lab's kubelet stand-in).
 
 use std::path::PathBuf;
 
@@ -49,6 +49,8 @@ enum Command {
     List,
     /// One worker process (started by the kubelet stand-in).
     Worker(Box<backpressure_lab::worker::WorkerArgs>),
+    /// One producer process (started by the kubelet stand-in for scenarios with producer pods).
+    Producer(Box<backpressure_lab::producer::ProducerArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,6 +69,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         match cli.command {
             Command::Worker(args) => backpressure_lab::worker::run(*args).await,
+            Command::Producer(args) => backpressure_lab::producer::run_pod(*args).await,
             Command::Check { recording } => {
                 let path = if recording.is_dir() {
                     recording.join("recording.json")
@@ -280,6 +283,35 @@ fn summary_table(rec: &Recording) -> String {
             max_bkf,
             fail
         ));
+    }
+    let with_producers: Vec<&record::RunRecord> = [OPERATOR, HPA_LIKE]
+        .iter()
+        .filter_map(|l| rec.run(l))
+        .filter(|r| r.last().is_some_and(|x| x.producers.is_some()))
+        .collect();
+    if !with_producers.is_empty() {
+        s.push_str(&format!(
+            "\n{:<10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>16}\n",
+            "run", "demand", "written", "refused", "waiting", "max waiting", "peak memory MiB"
+        ));
+        for r in with_producers {
+            let Some(p) = r.last().and_then(|x| x.producers.as_ref()) else {
+                continue;
+            };
+            let max_waiting = r
+                .samples
+                .iter()
+                .filter_map(|x| x.producers.as_ref().map(|p| p.waiting))
+                .max()
+                .unwrap_or(0);
+            let peak = record::peak_memory(r)
+                .map(|b| format!("{:.2}", b as f64 / f64::from(1u32 << 20)))
+                .unwrap_or_else(|| "-".into());
+            s.push_str(&format!(
+                "{:<10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>16}\n",
+                r.label, p.demand, p.written, p.refused_by_broker, p.waiting, max_waiting, peak
+            ));
+        }
     }
     s
 }

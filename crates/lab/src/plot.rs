@@ -1,5 +1,6 @@
 //! The plot of a recording (PNG and SVG): queue age, replicas, fleet backoff, dependency load
-//! vs capacity, and dead letters over time, operator run vs the queue-age scaler.
+//! vs capacity, and dead letters over time, operator run vs the queue-age scaler; with producer
+//! pods also the broker's memory against its limit and the messages waiting at the producers.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -53,6 +54,25 @@ struct Panel {
     capacity: bool,
 }
 
+/// Bytes to MiB.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+/// The panels of runs with producer pods or a bounded broker.
+const PRODUCER_PANELS: [Panel; 2] = [
+    Panel {
+        title: "broker used memory (MiB) vs limit",
+        value: |s| s.broker.map(|b| mib(b.used)),
+        capacity: false,
+    },
+    Panel {
+        title: "messages waiting at the producers",
+        value: |s| s.producers.as_ref().map(|p| p.waiting as f64),
+        capacity: false,
+    },
+];
+
 const PANELS: [Panel; 5] = [
     Panel {
         title: "queue age (s)",
@@ -83,7 +103,11 @@ const PANELS: [Panel; 5] = [
 
 /// Writes `<stem>.png` and `<stem>.svg`.
 pub fn write(scenario: &Scenario, rec: &Recording, stem: &Path) -> Result<(), PlotError> {
-    let size = (1200, 1500);
+    let size = if has_producer_panels(rec) {
+        (1200, 2000)
+    } else {
+        (1200, 1500)
+    };
     let png = stem.with_extension("png");
     let svg = stem.with_extension("svg");
     {
@@ -97,6 +121,13 @@ pub fn write(scenario: &Scenario, rec: &Recording, stem: &Path) -> Result<(), Pl
         root.present().map_err(err)?;
     }
     Ok(())
+}
+
+fn has_producer_panels(rec: &Recording) -> bool {
+    rec.runs
+        .iter()
+        .flat_map(|r| &r.samples)
+        .any(|s| s.broker.is_some() || s.producers.is_some())
 }
 
 fn draw<DB: DrawingBackend>(
@@ -129,12 +160,18 @@ where
     if let Some(op) = rec.run(OPERATOR) {
         draw_regimes(&band, op, t_max, text)?;
     }
-    let areas = body.split_evenly((PANELS.len(), 1));
+    let panels: Vec<&Panel> = PANELS
+        .iter()
+        .chain(PRODUCER_PANELS.iter().filter(|_| has_producer_panels(rec)))
+        .collect();
+    let limit = scenario.queue.max_memory.map(|b| mib(b.0));
+    let areas = body.split_evenly((panels.len(), 1));
     let runs: Vec<(&RunRecord, RGBColor)> = [(OPERATOR, OP_COLOR), (HPA_LIKE, CMP_COLOR)]
         .iter()
         .filter_map(|(l, c)| rec.run(l).map(|r| (r, *c)))
         .collect();
-    for (area, panel) in areas.iter().zip(PANELS.iter()) {
+    for (area, panel) in areas.iter().zip(panels.iter().copied()) {
+        let memory = panel.title == PRODUCER_PANELS[0].title;
         let mut y_max: f64 = 1.0;
         for (r, _) in &runs {
             for s in &r.samples {
@@ -148,6 +185,9 @@ where
         }
         if panel.title == "fleet backoff" {
             y_max = 1.0;
+        }
+        if memory && let Some(l) = limit {
+            y_max = y_max.max(l);
         }
         y_max *= 1.08;
         let mut builder = ChartBuilder::on(area);
@@ -189,6 +229,18 @@ where
                     PathElement::new(vec![(x, y), (x + 18, y)], CAP_COLOR.stroke_width(3))
                 });
         }
+        if memory && let Some(l) = limit {
+            chart
+                .draw_series(LineSeries::new(
+                    [(0.0, l), (t_max, l)],
+                    ShapeStyle::from(&CAP_COLOR).stroke_width(2),
+                ))
+                .map_err(err)?
+                .label("maxmemory")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], CAP_COLOR.stroke_width(3))
+                });
+        }
         for (r, color) in &runs {
             let pts: Vec<(f64, f64)> = r
                 .samples
@@ -212,7 +264,7 @@ where
                     PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3))
                 });
         }
-        if text && (panel.capacity || panel.title == "queue age (s)") {
+        if text && (panel.capacity || memory || panel.title == "queue age (s)") {
             chart
                 .configure_series_labels()
                 .position(SeriesLabelPosition::UpperRight)

@@ -416,11 +416,9 @@ impl Queue {
     /// The server's memory use (`INFO memory`).
     pub async fn memory(&self) -> Result<Memory, QueueError> {
         let mut c = self.conn.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut c)
-            .await?;
-        Memory::parse(&info).ok_or_else(|| QueueError::Reply("INFO memory without used_memory".into()))
+        let info: String = redis::cmd("INFO").arg("memory").query_async(&mut c).await?;
+        Memory::parse(&info)
+            .ok_or_else(|| QueueError::Reply("INFO memory without used_memory".into()))
     }
 
     /// Delivers up to `max` messages to `consumer`: reclaimed ones first, then new ones.

@@ -3,6 +3,7 @@
 use backpressure_api::v1alpha1::Regime;
 use serde::{Deserialize, Serialize};
 
+use crate::producer::ProducerStats;
 use crate::scenario::Scenario;
 
 /// One sample of one run.
@@ -47,6 +48,28 @@ pub struct Sample {
     /// The operator's config sync (operator run): ready pods that confirmed the config, of all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ConfigSync>,
+    /// The broker's memory (scenarios with producer pods or a memory limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker: Option<BrokerMemory>,
+    /// The producer pods' counters, summed (scenarios with producer pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producers: Option<ProducerStats>,
+    /// The operator's producer state (`status.producers.state`: Open, Throttled, Paused,
+    /// Resuming), operator run with `spec.producers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer_state: Option<String>,
+    /// Ready producer pods running the operator's producer document, of all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer_sync: Option<ConfigSync>,
+}
+
+/// The broker's memory at a sample (`INFO memory`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BrokerMemory {
+    /// `used_memory` in bytes.
+    pub used: u64,
+    /// `used_memory_peak`: the highest `used_memory` so far (between samples included).
+    pub peak: u64,
 }
 
 /// Ready worker pods running the operator's config, from the WorkerBackpressure's status.
@@ -201,6 +224,9 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
                     s.produced, s.completed, s.dead_lettered, s.in_stream
                 ),
             });
+            if scenario.producer.pods.is_some() {
+                out.push(producer_conservation(r));
+            }
         }
     }
     let need = |name: &str, out: &mut Vec<Check>| {
@@ -291,6 +317,39 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
     }
     if let Some(op) = op {
         out.push(config_check(op));
+        if scenario
+            .worker_backpressure
+            .producers
+            .as_ref()
+            .is_some_and(|p| p.mode != Some(backpressure_api::v1alpha1::ProducerMode::Off))
+        {
+            out.push(producer_sync_check(op));
+        }
+    }
+    if scenario.expect.broker_within_limit
+        && let Some(limit) = scenario.queue.max_memory
+    {
+        let name = "operator: the broker stays under its memory limit and refuses no write";
+        match op {
+            Some(op) => out.push(broker_within_limit(op, limit.0, name)),
+            None => need(name, &mut out),
+        }
+        let name = "queue-age scaler (no producer control): the broker hits its memory limit";
+        match cmp {
+            Some(cmp) => out.push(broker_hits_limit(cmp, limit.0, name)),
+            None => out.push(Check {
+                name: name.to_owned(),
+                passed: false,
+                detail: "the comparison did not run".into(),
+            }),
+        }
+    }
+    if scenario.expect.producer_backlog_drains {
+        let name = "operator: the messages held at the producers are sent after recovery";
+        match op {
+            Some(op) => out.push(producer_backlog_drains(scenario, op, name)),
+            None => need(name, &mut out),
+        }
     }
     if scenario.expect.fewer_dead_letters {
         let name = "operator dead-letters fewer messages than the queue-age scaler".to_owned();
@@ -508,14 +567,203 @@ fn fmt_opt(v: Option<i32>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
 }
 
+/// Every message the producers' clients handed them is acknowledged, dead-lettered, still in
+/// the queue or still waiting at a producer (refused back to it, by its gate or by the broker,
+/// and kept); and what the producers counted as written is what the broker added.
+fn producer_conservation(r: &RunRecord) -> Check {
+    let name = format!(
+        "{}: no message lost from the producers' clients to acknowledgement",
+        r.label
+    );
+    let Some((s, p)) = r.last().and_then(|s| Some((s, s.producers.as_ref()?))) else {
+        return Check {
+            name,
+            passed: false,
+            detail: "no producer counters recorded".into(),
+        };
+    };
+    let accounted = s.completed + s.dead_lettered + s.in_stream + p.waiting;
+    Check {
+        name,
+        passed: p.demand > 0 && p.demand == accounted && p.written == s.produced && p.stopped,
+        detail: format!(
+            "demand {} = acknowledged {} + dead-lettered {} + in the queue {} + waiting at the producers {} ({}); written by the producers {}, added by the broker {}; writes refused by the broker {} (each kept and written again later){}",
+            p.demand,
+            s.completed,
+            s.dead_lettered,
+            s.in_stream,
+            p.waiting,
+            accounted,
+            p.written,
+            s.produced,
+            p.refused_by_broker,
+            if p.stopped {
+                ""
+            } else {
+                "; some producer never wrote its final counters"
+            }
+        ),
+    }
+}
+
+/// The operator's producer state reaches the producer pods: at the end every ready producer pod
+/// runs the current document, and in most samples that report pods. A producer pod accepts a
+/// push only after a TokenReview for its own workload's audience.
+fn producer_sync_check(op: &RunRecord) -> Check {
+    let reported: Vec<ConfigSync> = op
+        .samples
+        .iter()
+        .filter_map(|s| s.producer_sync)
+        .filter(|c| c.total > 0)
+        .collect();
+    let full = reported.iter().filter(|c| c.in_sync == c.total).count();
+    let last = reported.last().copied();
+    Check {
+        name: "operator: its producer state reaches the ready producer pods (authenticated push)"
+            .into(),
+        passed: !reported.is_empty()
+            && full * 2 >= reported.len()
+            && last.is_some_and(|c| c.in_sync == c.total),
+        detail: match last {
+            Some(c) => format!(
+                "all ready producer pods in sync in {full} of {} samples; at the end {} of {}",
+                reported.len(),
+                c.in_sync,
+                c.total
+            ),
+            None => "no sample reported ready producer pods".into(),
+        },
+    }
+}
+
+/// The highest `used_memory` of a run (Redis's own peak, so between samples too).
+pub fn peak_memory(r: &RunRecord) -> Option<u64> {
+    r.samples
+        .iter()
+        .filter_map(|s| s.broker.map(|b| b.peak.max(b.used)))
+        .max()
+}
+
+fn refused_by_broker(r: &RunRecord) -> Option<u64> {
+    r.last()?.producers.as_ref().map(|p| p.refused_by_broker)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / f64::from(1u32 << 20))
+}
+
+fn broker_within_limit(op: &RunRecord, limit: u64, name: &str) -> Check {
+    let (peak, refused) = (peak_memory(op), refused_by_broker(op));
+    Check {
+        name: name.to_owned(),
+        passed: peak.is_some_and(|p| p < limit) && refused == Some(0),
+        detail: format!(
+            "peak used memory {} of {} ({:.0} %); writes refused {}",
+            peak.map(mib).unwrap_or_else(|| "?".into()),
+            mib(limit),
+            peak.map(|p| 100.0 * p as f64 / limit as f64).unwrap_or(0.0),
+            refused.map(|r| r.to_string()).unwrap_or_else(|| "?".into())
+        ),
+    }
+}
+
+fn broker_hits_limit(cmp: &RunRecord, limit: u64, name: &str) -> Check {
+    let (peak, refused) = (peak_memory(cmp), refused_by_broker(cmp));
+    let first_refusal = cmp
+        .samples
+        .iter()
+        .find(|s| {
+            s.producers
+                .as_ref()
+                .is_some_and(|p| p.refused_by_broker > 0)
+        })
+        .map(|s| s.t);
+    Check {
+        name: name.to_owned(),
+        passed: refused.is_some_and(|r| r > 0),
+        detail: format!(
+            "peak used memory {} of {}; writes refused {} (first at {})",
+            peak.map(mib).unwrap_or_else(|| "?".into()),
+            mib(limit),
+            refused.map(|r| r.to_string()).unwrap_or_else(|| "?".into()),
+            first_refusal
+                .map(|t| format!("{t:.0} s"))
+                .unwrap_or_else(|| "-".into())
+        ),
+    }
+}
+
+/// Samples from the largest producer backlog on, the first at which it is back to at most one
+/// second of demand: (peak waiting, when, drained at).
+pub fn producer_drain(scenario: &Scenario, r: &RunRecord) -> Option<(u64, f64, Option<f64>)> {
+    let waiting = |s: &Sample| s.producers.as_ref().map(|p| p.waiting);
+    let peak = r
+        .samples
+        .iter()
+        .filter_map(|s| Some((waiting(s)?, s.t)))
+        .fold(None, |best: Option<(u64, f64)>, (w, t)| match best {
+            Some((bw, _)) if bw >= w => best,
+            _ => Some((w, t)),
+        })?;
+    let drained = r
+        .samples
+        .iter()
+        .filter(|s| s.t > peak.1)
+        .find(|s| waiting(s).is_some_and(|w| w <= drain_threshold(scenario, s.t)))
+        .map(|s| s.t);
+    Some((peak.0, peak.1, drained))
+}
+
+fn drain_threshold(scenario: &Scenario, t: f64) -> u64 {
+    let rate = scenario
+        .producer
+        .rate
+        .value_at(std::time::Duration::from_secs_f64(t.max(0.0)));
+    rate.ceil().max(1.0) as u64
+}
+
+fn producer_backlog_drains(scenario: &Scenario, op: &RunRecord, name: &str) -> Check {
+    let end = scenario.duration.secs();
+    let last = op
+        .last()
+        .and_then(|s| s.producers.as_ref().map(|p| p.waiting));
+    let threshold = drain_threshold(scenario, end);
+    let drain = producer_drain(scenario, op);
+    Check {
+        name: name.to_owned(),
+        passed: last.is_some_and(|w| w <= threshold),
+        detail: format!(
+            "waiting at the producers at the end {} (at most {threshold}: one second of demand); {}",
+            last.map(|w| w.to_string()).unwrap_or_else(|| "?".into()),
+            match drain {
+                Some((peak, at, Some(done))) =>
+                    format!("largest backlog {peak} at {at:.0} s, sent by {done:.0} s"),
+                Some((peak, at, None)) => {
+                    format!("largest backlog {peak} at {at:.0} s, not sent by the end")
+                }
+                None => "no producer counters".into(),
+            }
+        ),
+    }
+}
+
 /// Writes one run as CSV.
 pub fn to_csv(run: &RunRecord) -> String {
+    // The broker and producer columns only for runs that record them.
+    let producers = run
+        .samples
+        .iter()
+        .any(|x| x.producers.is_some() || x.broker.is_some());
     let mut s = String::from(
-        "t,regime,replicas,ready,backoff,queue_age,queue_depth,produced,completed,dead_lettered,in_stream,dep_load,dep_served,dep_capacity,failed_calls,failure_floor\n",
+        "t,regime,replicas,ready,backoff,queue_age,queue_depth,produced,completed,dead_lettered,in_stream,dep_load,dep_served,dep_capacity,failed_calls,failure_floor",
     );
+    if producers {
+        s.push_str(",broker_used_bytes,broker_peak_bytes,producer_demand,producer_written,producer_refused_by_broker,producer_waiting,producer_gate,producer_state");
+    }
+    s.push('\n');
     for x in &run.samples {
         s.push_str(&format!(
-            "{:.1},{},{},{},{},{:.2},{},{},{},{},{},{:.2},{:.2},{:.2},{},{}\n",
+            "{:.1},{},{},{},{},{:.2},{},{},{},{},{},{:.2},{:.2},{:.2},{},{}",
             x.t,
             x.regime,
             x.replicas,
@@ -535,6 +783,22 @@ pub fn to_csv(run: &RunRecord) -> String {
                 .map(|f| format!("{f:.3}"))
                 .unwrap_or_default()
         ));
+        if producers {
+            let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+            let p = x.producers.as_ref();
+            s.push_str(&format!(
+                ",{},{},{},{},{},{},{},{}",
+                opt(x.broker.map(|b| b.used)),
+                opt(x.broker.map(|b| b.peak)),
+                opt(p.map(|p| p.demand)),
+                opt(p.map(|p| p.written)),
+                opt(p.map(|p| p.refused_by_broker)),
+                opt(p.map(|p| p.waiting)),
+                p.map(|p| p.gate.as_str()).unwrap_or_default(),
+                x.producer_state.as_deref().unwrap_or_default()
+            ));
+        }
+        s.push('\n');
     }
     s
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use backpressure_api::duration::{format_duration, parse_duration};
-use backpressure_api::v1alpha1::{Algorithm, WorkerBackpressureSpec};
+use backpressure_api::v1alpha1::{Algorithm, ProducerMode, TargetRef, WorkerBackpressureSpec};
 use backpressure_sim::autoscaler::HpaBehavior;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -159,14 +159,100 @@ pub struct QueueSpec {
     pub visibility_timeout: Dur,
     /// A message delivered this many times without success goes to the dead-letter stream.
     pub max_deliveries: u32,
+    /// The broker's memory limit (`8mb`, `512kb`, bytes): Redis `maxmemory` with the
+    /// `noeviction` policy, so that writes beyond it are refused (`OOM`), as a bounded broker
+    /// refuses publishers. Absent: no limit. Needs `producer.pods` (the in-process producer does
+    /// not handle refusals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory: Option<Bytes>,
+}
+
+/// A size in bytes, written as Redis writes it: `8mb` (MiB), `512kb` (KiB), `1gb`, or a number
+/// of bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Bytes(pub u64);
+
+impl Bytes {
+    /// Parses `8mb`, `512kb`, `1gb`, `4096b` or `4096` (units are powers of 1024, case
+    /// insensitive).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim().to_ascii_lowercase();
+        let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let unit = &t[digits.len()..];
+        let n: u64 = digits
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a size like 8mb"))?;
+        let factor: u64 = match unit {
+            "" | "b" => 1,
+            "kb" | "k" => 1 << 10,
+            "mb" | "m" => 1 << 20,
+            "gb" | "g" => 1 << 30,
+            other => return Err(format!("{text:?}: unknown unit {other:?} (b, kb, mb, gb)")),
+        };
+        n.checked_mul(factor)
+            .map(Bytes)
+            .ok_or_else(|| format!("{text:?} is too large"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => Ok(Bytes(n)),
+            Raw::Text(t) => Bytes::parse(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl Serialize for Bytes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
 }
 
 /// The producer.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProducerSpec {
-    /// Messages per second over time.
+    /// Messages per second over time (the demand: what the producer's own clients hand it).
     pub rate: Schedule,
+    /// Run the producer as pods of its own Deployment, each with a `ProducerGate` the operator
+    /// can pause (in both runs; only the operator run has an operator to push to them). Absent:
+    /// the lab's in-process producer writes the schedule straight into the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<ProducerPods>,
+}
+
+/// The producer as pods (`backpressure-lab producer`, started by the kubelet stand-in).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProducerPods {
+    /// Deployment name (the `producers.targetRef` of the operator run's WorkerBackpressure, and
+    /// the audience of the push tokens its pods accept).
+    pub name: String,
+    /// Pods; each produces `rate / replicas`.
+    pub replicas: u32,
+    /// Size of each message body in bytes (what the broker's memory holds per message).
+    #[serde(default = "default_message_bytes")]
+    pub message_bytes: u32,
+    /// How long a producer waits before it writes again a message the broker refused (`OOM`).
+    #[serde(default = "default_broker_retry_after")]
+    pub broker_retry_after: Dur,
+}
+
+fn default_message_bytes() -> u32 {
+    64
+}
+
+fn default_broker_retry_after() -> Dur {
+    Dur(Duration::from_secs(1))
 }
 
 /// The dependency every message needs.
@@ -293,6 +379,14 @@ pub struct Expectations {
     /// comparison's, within the Poisson noise of the two counts (2 sigma).
     #[serde(default)]
     pub dlq_per_failed_call: bool,
+    /// With `queue.maxMemory`: the operator run's broker never reaches its memory limit and
+    /// refuses no write, while the comparison's (the same producers without control) does.
+    #[serde(default)]
+    pub broker_within_limit: bool,
+    /// With producer pods: the messages waiting at the operator run's producers fall back to at
+    /// most one second of demand before the end (the pause is lifted and its backlog sent).
+    #[serde(default)]
+    pub producer_backlog_drains: bool,
 }
 
 /// Goodput check parameters.
@@ -433,6 +527,48 @@ impl Scenario {
         if !(self.hpa_like.tolerance.is_finite() && self.hpa_like.tolerance >= 0.0) {
             return Err("hpaLike.tolerance must be a number of at least 0".into());
         }
+        if let Some(pods) = &self.producer.pods {
+            if pods.replicas == 0 {
+                return Err("producer.pods.replicas must be at least 1".into());
+            }
+            if pods.name.is_empty() || pods.name == self.workload.name {
+                return Err(format!(
+                    "producer.pods.name {:?} must name a Deployment other than the workload",
+                    pods.name
+                ));
+            }
+            if pods.broker_retry_after.0.is_zero() {
+                return Err("producer.pods.brokerRetryAfter must be positive".into());
+            }
+        }
+        if self.queue.max_memory.is_some() && self.producer.pods.is_none() {
+            return Err(
+                "queue.maxMemory needs producer.pods (the in-process producer does not handle a broker's refusals)"
+                    .into(),
+            );
+        }
+        if let Some(p) = &self.worker_backpressure.producers {
+            match (&self.producer.pods, &p.target_ref) {
+                (None, _) if p.mode != Some(ProducerMode::Off) => {
+                    return Err(
+                        "workerBackpressure.producers needs producer.pods (pods to pause)".into(),
+                    );
+                }
+                (Some(pods), Some(t)) if t.name != pods.name => {
+                    return Err(format!(
+                        "workerBackpressure.producers.targetRef.name {:?} must name producer.pods.name {:?}",
+                        t.name, pods.name
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if self.expect.broker_within_limit && self.queue.max_memory.is_none() {
+            return Err("expect.brokerWithinLimit needs queue.maxMemory".into());
+        }
+        if self.expect.producer_backlog_drains && self.producer.pods.is_none() {
+            return Err("expect.producerBacklogDrains needs producer.pods".into());
+        }
         if self.worker_backpressure.target_ref.name != self.workload.name {
             return Err(format!(
                 "workerBackpressure.targetRef.name {:?} must name the workload {:?}",
@@ -468,6 +604,22 @@ impl Scenario {
     /// The phase of that name.
     pub fn phase(&self, name: &str) -> Option<&Phase> {
         self.phases.iter().find(|p| p.name == name)
+    }
+
+    /// The WorkerBackpressure of the operator run: the file's, with `producers.targetRef` naming
+    /// the producer Deployment when the file leaves it out.
+    pub fn worker_backpressure_spec(&self) -> WorkerBackpressureSpec {
+        let mut spec = self.worker_backpressure.clone();
+        if let (Some(p), Some(pods)) = (spec.producers.as_mut(), &self.producer.pods)
+            && p.target_ref.is_none()
+        {
+            p.target_ref = Some(TargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: pods.name.clone(),
+            });
+        }
+        spec
     }
 
     /// Replica bounds of the workload (from the WorkerBackpressure, with the API defaults).

@@ -91,3 +91,9 @@ async fn quota_overload() {
 async fn partial_failure() {
     scenario("partial-failure").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "e2e: several minutes with real processes; make e2e"]
+async fn bounded_broker() {
+    scenario("bounded-broker").await;
+}

@@ -92,7 +92,7 @@ async fn pods_become_worker_processes_that_consume_and_accept_only_the_operator(
     let (redis_url, dep_url) = (redis.url(), dep.url());
     let kubeconfig = cluster.kubeconfig().to_path_buf();
     let logs = dir.clone();
-    let launcher: backpressure_lab::kubelet::Launcher = Arc::new(move |ns, pod, ip| {
+    let launcher: backpressure_lab::kubelet::Launcher = Arc::new(move |ns, pod, _role, ip| {
         if ns == "crashy" {
             // A worker that exits at once: the stand-in restarts it, as a kubelet would.
             return Some(Launch {

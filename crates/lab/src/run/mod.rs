@@ -99,10 +99,17 @@ pub struct Report {
 struct RunCtx {
     label: &'static str,
     namespace: &'static str,
+    /// This run's own broker (one Redis server per run, so that one run's backlog never counts
+    /// against the other's memory limit).
+    redis: RedisServer,
     queue: Queue,
     dependency: Dependency,
     last_requests: u64,
     last_served: u64,
+    /// Where this run's producer pods write their counters (scenarios with producer pods).
+    producer_stats: Option<PathBuf>,
+    /// Record the broker's memory (scenarios with producer pods or a memory limit).
+    broker: bool,
     record: RunRecord,
 }
 
@@ -169,7 +176,6 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         ),
     );
 
-    let mut redis = RedisServer::start(&out.join("redis"))?;
     let (vis, max_deliveries) = (sc.queue.visibility_timeout.0, sc.queue.max_deliveries);
 
     // The operator, if it can run.
@@ -211,16 +217,31 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let mut runs: Vec<RunCtx> = Vec::new();
     for (label, ns) in &namespaces {
         cluster.namespace(ns).await?;
+        let redis = RedisServer::start(&out.join(format!("redis-{label}")))?;
         let queue = Queue::connect(&redis.url(), ns, vis, max_deliveries).await?;
         queue.create().await?;
+        if let Some(limit) = sc.queue.max_memory {
+            queue.limit_memory(limit.0).await?;
+        }
+        let producer_stats = match &sc.producer.pods {
+            Some(_) => {
+                let dir = out.join("producers").join(ns);
+                std::fs::create_dir_all(&dir)?;
+                Some(dir)
+            }
+            None => None,
+        };
         let dependency = Dependency::start(sc.dependency.clone(), sc.seed, setup_start, ns).await?;
         runs.push(RunCtx {
             label,
             namespace: ns,
+            redis,
             queue,
             dependency,
             last_requests: 0,
             last_served: 0,
+            broker: producer_stats.is_some() || sc.queue.max_memory.is_some(),
+            producer_stats,
             record: RunRecord {
                 label: (*label).to_owned(),
                 namespace: (*ns).to_owned(),
@@ -332,7 +353,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         operator_identity = Some(format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{sa}"));
         let port = backpressure_envtest::process::free_port()
             .map_err(|e| LabError::Other(e.to_string()))?;
-        let mut spec = sc.worker_backpressure.clone();
+        let mut spec = sc.worker_backpressure_spec();
         let metrics = spec.metrics.get_or_insert_with(Default::default);
         metrics
             .prometheus
@@ -402,7 +423,10 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         }
         None => None,
     };
-    let launcher = make_launcher(&opts, &runs, &redis.url(), &cfg_paths, &logs, auth);
+    // The scenario's time zero on the wall clock, for the producer pods (separate processes
+    // follow the schedule from it); set below, before any pod exists.
+    let start_unix_ms = Arc::new(std::sync::OnceLock::new());
+    let launcher = make_launcher(&opts, &runs, &cfg_paths, &logs, auth, start_unix_ms.clone());
     let kubelet = Kubelet::start(
         client.clone(),
         "lab-node",
@@ -413,6 +437,12 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
 
     // Time zero: the workloads, the producers, the autoscaler of the comparison.
     let t0 = Instant::now();
+    let _ = start_unix_ms.set(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+    );
     for r in &runs {
         r.dependency.set_start(t0);
     }
@@ -423,12 +453,23 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     }
     let mut producers = Vec::new();
     for r in &runs {
-        producers.push(tokio::spawn(crate::producer::run(
-            r.queue.clone(),
-            sc.producer.rate.clone(),
-            t0,
-            sc.duration.0,
-        )));
+        match &sc.producer.pods {
+            Some(pods) => {
+                cluster
+                    .create_producers(
+                        r.namespace,
+                        &pods.name,
+                        i32::try_from(pods.replicas).unwrap_or(1),
+                    )
+                    .await?;
+            }
+            None => producers.push(tokio::spawn(crate::producer::run(
+                r.queue.clone(),
+                sc.producer.rate.clone(),
+                t0,
+                sc.duration.0,
+            ))),
+        }
     }
     let http = reqwest::Client::new();
     let hpa_task = {
@@ -504,15 +545,20 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     say(show, "lab: stopping workers ...");
     kubelet.shutdown().await;
     for r in runs.iter_mut() {
+        let producers = r.producer_stats.as_deref().map(sampling::producer_stats);
         if let Ok(st) = r.queue.stats().await
             && let Some(last) = r.record.samples.last_mut()
         {
-            // Final counters after the last in-flight messages settled.
+            // Final counters after the last in-flight messages settled (and the producer pods
+            // wrote their last counters, after their last write).
             last.produced = st.produced;
             last.completed = st.completed;
             last.dead_lettered = st.dead_lettered;
             last.in_stream = st.in_stream;
             last.queue_depth = st.depth();
+            if producers.is_some() {
+                last.producers = producers;
+            }
         }
     }
     qtask.abort();
@@ -520,7 +566,9 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         t.abort();
     }
     prometheus.stop();
-    redis.stop();
+    for r in runs.iter_mut() {
+        r.redis.stop();
+    }
     cluster.stop();
 
     let recording = Recording {
@@ -541,18 +589,32 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
 fn make_launcher(
     opts: &Options,
     runs: &[RunCtx],
-    redis_url: &str,
     cfg_paths: &BTreeMap<String, PathBuf>,
     logs: &Path,
     auth: Option<(PathBuf, String)>,
+    start_unix_ms: Arc<std::sync::OnceLock<u64>>,
 ) -> Launcher {
     let sc = &opts.scenario;
     let per_ns: BTreeMap<String, String> = runs
         .iter()
         .map(|r| (r.namespace.to_owned(), r.dependency.url()))
         .collect();
+    let redis_urls: BTreeMap<String, String> = runs
+        .iter()
+        .map(|r| (r.namespace.to_owned(), r.redis.url()))
+        .collect();
+    let stats_dirs: BTreeMap<String, PathBuf> = runs
+        .iter()
+        .filter_map(|r| Some((r.namespace.to_owned(), r.producer_stats.clone()?)))
+        .collect();
+    let producer = sc.producer.pods.clone().map(|pods| {
+        (
+            pods,
+            serde_json::to_string(&sc.producer.rate).unwrap_or_default(),
+        )
+    });
+    let until = backpressure_api::duration::format_duration(sc.duration.0);
     let exe = opts.worker_exe.clone();
-    let redis_url = redis_url.to_owned();
     let cfg_paths = cfg_paths.clone();
     let logs = logs.join("workers");
     let workload = sc.workload.name.clone();
@@ -560,10 +622,62 @@ fn make_launcher(
     let vis = backpressure_api::duration::format_duration(sc.queue.visibility_timeout.0);
     let max_deliveries = sc.queue.max_deliveries.to_string();
     let seed = sc.seed;
-    Arc::new(move |ns: &str, pod: &str, ip| {
+    Arc::new(move |ns: &str, pod: &str, role: &str, ip| {
+        let redis_url = redis_urls.get(ns)?;
+        let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
+        if role == crate::kubelet::PRODUCER_LABEL_VALUE {
+            let (pods, rate) = producer.as_ref()?;
+            let mut args: Vec<String> = vec![
+                "producer".into(),
+                "--listen".into(),
+                format!("{ip}:{port}"),
+                "--redis".into(),
+                redis_url.clone(),
+                "--queue".into(),
+                ns.to_owned(),
+                "--pod".into(),
+                pod.to_owned(),
+                // With the namespace, the only push token audience the producer accepts.
+                "--workload".into(),
+                pods.name.clone(),
+                "--namespace".into(),
+                ns.to_owned(),
+                "--rate".into(),
+                rate.clone(),
+                "--share".into(),
+                (1.0 / f64::from(pods.replicas.max(1))).to_string(),
+                "--start-unix-ms".into(),
+                start_unix_ms.get()?.to_string(),
+                "--until".into(),
+                until.clone(),
+                "--message-bytes".into(),
+                pods.message_bytes.to_string(),
+                "--broker-retry-after".into(),
+                backpressure_api::duration::format_duration(pods.broker_retry_after.0),
+                "--stats".into(),
+                stats_dirs
+                    .get(ns)?
+                    .join(format!("{pod}.json"))
+                    .display()
+                    .to_string(),
+            ];
+            if let Some((kubeconfig, identity)) = &auth {
+                args.extend([
+                    "--kubeconfig".into(),
+                    kubeconfig.display().to_string(),
+                    "--allowed-identity".into(),
+                    identity.clone(),
+                ]);
+            }
+            return Some(Launch {
+                program: exe.clone(),
+                args,
+                log: logs.join(format!("{ns}-{pod}.log")),
+                ready_port: port,
+            });
+        }
         let dep = per_ns.get(ns)?;
         let cfg_path = cfg_paths.get(ns)?;
-        let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
         let pod_seed = pod
             .bytes()
             .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));

@@ -2,6 +2,7 @@
 //! the fleet backoff, one sample per run, and the live timeline.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use backpressure_api::v1alpha1::WorkerBackpressure;
 use backpressure_api::wire::metrics as m;
@@ -9,9 +10,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
 use super::RunCtx;
+use crate::producer::ProducerStats;
 use crate::prom;
 use crate::queue::Queue;
-use crate::record::{ConfigSync, OPERATOR, Sample};
+use crate::record::{BrokerMemory, ConfigSync, OPERATOR, Sample};
 use crate::scenario::Scenario;
 use crate::serve::Exposition;
 
@@ -114,7 +116,7 @@ pub(super) async fn sample(
             r.record.last().map(|s| s.ready).unwrap_or(0),
         ),
     };
-    let (regime, config) = if r.label == OPERATOR {
+    let (regime, config, producer_state, producer_sync) = if r.label == OPERATOR {
         let wbps: Api<WorkerBackpressure> = Api::namespaced(client.clone(), r.namespace);
         let status = wbps
             .get_opt(workload)
@@ -127,14 +129,33 @@ pub(super) async fn sample(
             .and_then(|s| s.regime)
             .map(|g| g.as_str().to_owned())
             .unwrap_or_else(|| "-".into());
+        let producers = status.as_ref().and_then(|s| s.producers.clone());
         let config = status.and_then(|s| s.config).map(|c| ConfigSync {
             in_sync: c.pods_in_sync,
             total: c.pods_total,
         });
-        (regime, config)
+        let producer_sync = producers.as_ref().map(|p| ConfigSync {
+            in_sync: p.pods_in_sync.unwrap_or(0),
+            total: p.pods_total.unwrap_or(0),
+        });
+        (
+            regime,
+            config,
+            producers.map(|p| p.state.as_str().to_owned()),
+            producer_sync,
+        )
     } else {
-        ("queue-age".into(), None)
+        ("queue-age".into(), None, None, None)
     };
+    let broker = if r.broker {
+        r.queue.memory().await.ok().map(|m| BrokerMemory {
+            used: m.used,
+            peak: m.peak,
+        })
+    } else {
+        None
+    };
+    let producers = r.producer_stats.as_deref().map(producer_stats);
     let stats = r.queue.stats().await.unwrap_or_default();
     let requests = r.dependency.counters().requests();
     let served = r.dependency.counters().served();
@@ -160,7 +181,26 @@ pub(super) async fn sample(
         failed_calls: r.dependency.counters().failed(),
         failure_floor,
         config,
+        broker,
+        producers,
+        producer_state,
+        producer_sync,
     }
+}
+
+/// The producer pods' counters, summed over the files in `dir` (one per pod; a file being
+/// replaced is read on the next sample).
+pub(super) fn producer_stats(dir: &Path) -> ProducerStats {
+    let all: Vec<ProducerStats> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .filter_map(|p| serde_json::from_slice(&std::fs::read(p).ok()?).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    ProducerStats::sum(&all)
 }
 
 /// The live timeline: a progress line, then one line per run.
@@ -198,6 +238,23 @@ pub(super) fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
                     .map(|f| format!("{f:.2}"))
                     .unwrap_or_else(|| "-".into())
             ));
+            if s.producers.is_some() || s.broker.is_some() {
+                let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+                let p = s.producers.as_ref();
+                out.push_str(&format!(
+                    "\n    {:<9} producers {:<9} gate {:<9} waiting {:>5}  refused by broker {:>4}  broker memory {}",
+                    "",
+                    s.producer_state.as_deref().unwrap_or("-"),
+                    p.map(|p| p.gate.as_str()).unwrap_or("-"),
+                    p.map(|p| p.waiting).unwrap_or(0),
+                    p.map(|p| p.refused_by_broker).unwrap_or(0),
+                    match (s.broker, sc.queue.max_memory) {
+                        (Some(b), Some(max)) => format!("{:.2}/{:.2} MiB", mib(b.used), mib(max.0)),
+                        (Some(b), None) => format!("{:.2} MiB", mib(b.used)),
+                        (None, _) => "-".into(),
+                    }
+                ));
+            }
         }
     }
     out
