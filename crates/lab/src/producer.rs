@@ -434,6 +434,99 @@ mod tests {
         assert_eq!(due(-3.0, 1.0, 0.0).0, 0);
     }
 
+    /// Against a real redis-server with a memory limit: the sender waits at a paused gate
+    /// (nothing written, nothing dropped), writes everything once the gate opens, keeps a
+    /// message the broker refuses (OOM) and writes it after the retry delay once there is room
+    /// again, and stops between writes.
+    #[tokio::test]
+    async fn real_redis_semantics_producer_honours_the_gate_and_the_broker() {
+        use backpressure_worker::config::Origin;
+        let dir = std::env::temp_dir().join(format!("bp-lab-producer-{}", std::process::id()));
+        let mut server = crate::queue::RedisServer::start(&dir).unwrap();
+        let q = Queue::connect(&server.url(), "p", Duration::from_millis(100), 5)
+            .await
+            .unwrap();
+        q.create().await.unwrap();
+        let gate = ProducerGate::new(None);
+        let doc = |generation: i64, state: GateState| {
+            backpressure_api::wire::ProducerConfig {
+                generation,
+                state,
+                ..backpressure_api::wire::ProducerConfig::default()
+            }
+            .with_hash()
+        };
+        gate.apply(doc(1, GateState::Paused), Origin::Push).unwrap();
+        let counters = Arc::new(Counters::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let sender = tokio::spawn(send(
+            q.clone(),
+            gate.clone(),
+            rx,
+            SendOptions {
+                pod: "p-0".into(),
+                bytes: 8000,
+                retry_after: Duration::from_millis(200),
+            },
+            counters.clone(),
+            stop_rx,
+        ));
+        let demand = |n: u64| {
+            for _ in 0..n {
+                let seq = counters.demand.fetch_add(1, Ordering::SeqCst);
+                tx.send(seq).unwrap();
+            }
+        };
+        let snapshot = || counters.snapshot(&gate, false);
+        demand(5);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!((snapshot().written, snapshot().waiting), (0, 5), "paused");
+        assert_eq!(q.stats().await.unwrap().produced, 0);
+        gate.apply(doc(2, GateState::Open), Origin::Push).unwrap();
+        let until = |want: u64| {
+            let counters = counters.clone();
+            async move {
+                for _ in 0..100 {
+                    if counters.written.load(Ordering::SeqCst) >= want {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                panic!("never wrote {want}");
+            }
+        };
+        until(5).await;
+
+        // The broker at its limit refuses the next ones; they stay at the producer.
+        let used = q.memory().await.unwrap().used;
+        q.limit_memory(used + 200_000).await.unwrap();
+        let mut filler = 0;
+        while q.produce_one(&"f".repeat(8000)).await.is_ok() {
+            filler += 1;
+        }
+        demand(3);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let s = snapshot();
+        assert_eq!((s.written, s.waiting), (5, 3), "{s:?}");
+        assert!(s.refused_by_broker >= 2, "{s:?}");
+        // Room again: the consumers take everything; the refused messages are written.
+        for d in q.fetch("c", 1000).await.unwrap() {
+            q.ack(&d.id).await.unwrap();
+        }
+        until(8).await;
+        let st = q.stats().await.unwrap();
+        assert_eq!(st.produced, 5 + filler + 3);
+        assert_eq!(snapshot().waiting, 0);
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), sender)
+            .await
+            .unwrap()
+            .unwrap();
+        server.stop();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn bodies_are_unique_and_padded() {
         let a = body("orders-api-1", 7, 64);

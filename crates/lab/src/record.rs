@@ -1032,6 +1032,161 @@ mod tests {
         assert!(!d((0, 0), (3, 900)).passed());
     }
 
+    /// A bounded-broker run: producer counters and broker memory in every sample.
+    fn producer_run(label: &str, peaks: &[u64], waiting: &[u64], refused: u64) -> RunRecord {
+        let mut r = run(label, &vec![2; peaks.len()]);
+        let n = r.samples.len();
+        for (i, s) in r.samples.iter_mut().enumerate() {
+            s.broker = Some(BrokerMemory {
+                used: peaks[i],
+                peak: peaks[..=i].iter().copied().max().unwrap_or(0),
+            });
+            // produced 10 = completed 7 + dead-lettered 1 + in the stream 2 (see `sample`).
+            s.producers = Some(ProducerStats {
+                demand: 10 + waiting[i],
+                written: 10,
+                refused_by_broker: if i + 1 == n { refused } else { 0 },
+                waiting: waiting[i],
+                gate: "Open".into(),
+                stopped: i + 1 == n,
+                ..ProducerStats::default()
+            });
+            s.producer_sync = Some(ConfigSync {
+                in_sync: 2,
+                total: 2,
+            });
+        }
+        r
+    }
+
+    fn find<'a>(checks: &'a [Check], needle: &str) -> &'a Check {
+        checks
+            .iter()
+            .find(|c| c.name.contains(needle))
+            .unwrap_or_else(|| panic!("no check {needle:?} in {checks:?}"))
+    }
+
+    #[test]
+    fn bounded_broker_checks() {
+        let s = Scenario::load("bounded-broker").unwrap();
+        let limit = s.queue.max_memory.unwrap().0;
+        let mb = 1u64 << 20;
+        // 19 samples, 0..180 s; the producers' backlog peaks at 100 s and is gone by 150 s.
+        let waiting: Vec<u64> = (0..19u64)
+            .map(|i| match i {
+                0..=3 => 0,
+                4..=10 => (i - 3) * 100,
+                11..=14 => (15 - i) * 150,
+                _ => 0,
+            })
+            .collect();
+        let calm = vec![2 * mb; 19];
+        let full = |i: usize| if i > 8 { limit + mb / 10 } else { 2 * mb };
+        let filled: Vec<u64> = (0..19).map(full).collect();
+        let rec = |op: RunRecord, cmp: RunRecord| Recording {
+            runs: vec![op, cmp],
+            ..Recording::default()
+        };
+        let good = rec(
+            producer_run(OPERATOR, &calm, &waiting, 0),
+            producer_run(HPA_LIKE, &filled, &[0; 19], 42),
+        );
+        let c = checks(&s, &good);
+        for name in [
+            "operator: no message lost from the producers",
+            "hpa-like: no message lost from the producers",
+            "stays under its memory limit",
+            "hits its memory limit",
+            "held at the producers are sent",
+            "producer state reaches",
+        ] {
+            let k = find(&c, name);
+            assert!(k.passed, "{k:?}");
+        }
+        assert!(
+            find(&c, "held at the producers")
+                .detail
+                .contains("largest backlog 700 at 100 s, sent by 150 s")
+        );
+
+        // The operator's broker at its limit, or a refused write: fails.
+        let over = rec(
+            producer_run(OPERATOR, &filled, &waiting, 0),
+            producer_run(HPA_LIKE, &filled, &[0; 19], 42),
+        );
+        assert!(!find(&checks(&s, &over), "stays under").passed);
+        let refused = rec(
+            producer_run(OPERATOR, &calm, &waiting, 3),
+            producer_run(HPA_LIKE, &filled, &[0; 19], 42),
+        );
+        assert!(!find(&checks(&s, &refused), "stays under").passed);
+        // The comparison never refused: the scenario shows nothing.
+        let easy = rec(
+            producer_run(OPERATOR, &calm, &waiting, 0),
+            producer_run(HPA_LIKE, &calm, &[0; 19], 0),
+        );
+        assert!(!find(&checks(&s, &easy), "hits its memory limit").passed);
+        // A backlog still at the producers at the end.
+        let mut stuck_waiting = waiting.clone();
+        stuck_waiting[18] = 300;
+        let stuck = rec(
+            producer_run(OPERATOR, &calm, &stuck_waiting, 0),
+            producer_run(HPA_LIKE, &filled, &[0; 19], 42),
+        );
+        assert!(!find(&checks(&s, &stuck), "held at the producers").passed);
+        // A message missing: demand not accounted for.
+        let mut lost = producer_run(OPERATOR, &calm, &waiting, 0);
+        if let Some(p) = lost.samples.last_mut().and_then(|x| x.producers.as_mut()) {
+            p.demand += 1;
+        }
+        let lost = rec(lost, producer_run(HPA_LIKE, &filled, &[0; 19], 42));
+        assert!(
+            !find(
+                &checks(&s, &lost),
+                "operator: no message lost from the producers"
+            )
+            .passed
+        );
+        // Written by the producers but not added by the broker.
+        let mut phantom = producer_run(HPA_LIKE, &filled, &[0; 19], 42);
+        if let Some(p) = phantom
+            .samples
+            .last_mut()
+            .and_then(|x| x.producers.as_mut())
+        {
+            p.written += 1;
+            p.demand += 1;
+        }
+        let phantom = rec(producer_run(OPERATOR, &calm, &waiting, 0), phantom);
+        assert!(
+            !find(
+                &checks(&s, &phantom),
+                "hpa-like: no message lost from the producers"
+            )
+            .passed
+        );
+        // Pushes that never reach the producer pods.
+        let mut unsynced = producer_run(OPERATOR, &calm, &waiting, 0);
+        for x in &mut unsynced.samples {
+            x.producer_sync = Some(ConfigSync {
+                in_sync: 0,
+                total: 2,
+            });
+        }
+        let unsynced = rec(unsynced, producer_run(HPA_LIKE, &filled, &[0; 19], 42));
+        assert!(!find(&checks(&s, &unsynced), "producer state reaches").passed);
+        // The CSV gets the producer columns.
+        let csv = to_csv(&good.runs[0]);
+        assert!(
+            csv.lines()
+                .next()
+                .unwrap()
+                .ends_with("producer_gate,producer_state")
+        );
+        assert_eq!(csv.lines().nth(1).unwrap().split(',').count(), 24);
+        assert!(!to_csv(&run(OPERATOR, &[1])).contains("producer"));
+    }
+
     #[test]
     fn csv_has_a_row_per_sample() {
         let r = run(OPERATOR, &[1, 2, 3]);

@@ -707,6 +707,7 @@ mod tests {
             "producer-surge",
             "quota-overload",
             "partial-failure",
+            "bounded-broker",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
         }
@@ -723,6 +724,66 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn sizes_are_written_as_redis_writes_them() {
+        assert_eq!(Bytes::parse("4mb"), Ok(Bytes(4 << 20)));
+        assert_eq!(Bytes::parse("512KB"), Ok(Bytes(512 << 10)));
+        assert_eq!(Bytes::parse("1gb"), Ok(Bytes(1 << 30)));
+        assert_eq!(Bytes::parse("4096"), Ok(Bytes(4096)));
+        assert_eq!(Bytes::parse("10b"), Ok(Bytes(10)));
+        assert!(Bytes::parse("4 parsecs").is_err());
+        assert!(Bytes::parse("mb").is_err());
+        assert!(Bytes::parse("99999999999gb").is_err());
+    }
+
+    #[test]
+    fn producer_pods_and_the_bounded_broker() {
+        let sc = Scenario::load("bounded-broker").unwrap();
+        let pods = sc.producer.pods.as_ref().unwrap();
+        assert_eq!(sc.queue.max_memory, Some(Bytes(4 << 20)));
+        // The lab points the WorkerBackpressure's producers at the producer Deployment.
+        let spec = sc.worker_backpressure_spec();
+        let target = spec.producers.unwrap().target_ref.unwrap();
+        assert_eq!(
+            (target.kind.as_str(), target.name.as_str()),
+            ("Deployment", pods.name.as_str())
+        );
+        assert!(
+            sc.worker_backpressure
+                .producers
+                .unwrap()
+                .target_ref
+                .is_none()
+        );
+        // The other scenarios keep their in-process producer and unbounded broker.
+        let outage = Scenario::load("outage-and-recovery").unwrap();
+        assert!(outage.producer.pods.is_none() && outage.queue.max_memory.is_none());
+        assert_eq!(
+            outage.worker_backpressure_spec(),
+            outage.worker_backpressure
+        );
+
+        let text = std::fs::read_to_string(scenarios_dir().join("bounded-broker.yaml")).unwrap();
+        let bad = |from: &str, to: &str| {
+            assert!(text.contains(from), "{from}");
+            Scenario::parse(&text.replace(from, to)).unwrap_err()
+        };
+        let no_pods = bad(
+            "  pods:\n    name: orders-api\n    replicas: 2\n    messageBytes: 8000\n    brokerRetryAfter: 1s\n",
+            "",
+        );
+        assert!(no_pods.contains("producer.pods"), "{no_pods}");
+        assert!(bad("name: orders-api", "name: export-worker").contains("producer.pods.name"));
+        assert!(bad("replicas: 2", "replicas: 0").contains("replicas"));
+        assert!(bad("maxMemory: 4mb", "maxMemory: 4 parsecs").contains("parsecs"));
+        let wrong_target = bad(
+            "    mode: Pause\n",
+            "    mode: Pause\n    targetRef: {apiVersion: apps/v1, kind: Deployment, name: other}\n",
+        );
+        assert!(wrong_target.contains("targetRef.name"), "{wrong_target}");
+        assert!(bad("  maxMemory: 4mb\n", "").contains("brokerWithinLimit"));
     }
 
     #[test]
