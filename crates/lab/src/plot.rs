@@ -396,4 +396,47 @@ mod tests {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
+
+    #[test]
+    fn producer_panels_only_with_producer_data() {
+        let sc = Scenario::load("bounded-broker").unwrap();
+        let run = |label: &str, full: bool| RunRecord {
+            label: label.into(),
+            namespace: label.into(),
+            samples: (0..180u64)
+                .map(|i| Sample {
+                    t: i as f64,
+                    broker: Some(crate::record::BrokerMemory {
+                        used: (1 << 20) + i * if full { 20_000 } else { 5_000 },
+                        peak: 0,
+                    }),
+                    producers: Some(crate::producer::ProducerStats {
+                        waiting: if full { 0 } else { i.min(60) * 10 },
+                        ..Default::default()
+                    }),
+                    ..Sample::default()
+                })
+                .collect(),
+        };
+        let rec = Recording {
+            scenario: sc.name.clone(),
+            wall_secs: 1.0,
+            runs: vec![run(OPERATOR, false), run(HPA_LIKE, true)],
+        };
+        assert!(has_producer_panels(&rec));
+        assert!(!has_producer_panels(&Recording::default()));
+        let dir = std::env::temp_dir().join(format!("bp-lab-plot-prod-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write(&sc, &rec, &dir.join("plot")).unwrap();
+        let svg = std::fs::read_to_string(dir.join("plot.svg")).unwrap();
+        // Five panels with two runs, two more panels with two runs, and the limit line.
+        assert!(
+            svg.matches("<polyline").count() >= 15,
+            "{}",
+            svg.matches("<polyline").count()
+        );
+        if std::env::var_os("BP_KEEP_PLOT").is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }

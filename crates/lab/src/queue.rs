@@ -112,6 +112,21 @@ impl RedisServer {
                         .into(),
                 )
             })?;
+        // The queue's scripts carry Redis 7 flags (`#!lua flags=allow-oom`, module docs): an
+        // older server would refuse every one of them.
+        let version = std::process::Command::new(&binary)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if let Some(major) = server_major_version(&version)
+            && major < 7
+        {
+            return Err(QueueError::Server(format!(
+                "Redis 7.0 or later is needed (the queue's scripts are flagged allow-oom); found {}",
+                version.trim()
+            )));
+        }
         std::fs::create_dir_all(dir).map_err(|e| QueueError::Server(e.to_string()))?;
         let port = free_port().map_err(|e| QueueError::Server(e.to_string()))?;
         let args: Vec<String> = vec![
@@ -152,6 +167,12 @@ impl RedisServer {
     pub fn stop(&mut self) {
         self.process.stop();
     }
+}
+
+/// The major version in `redis-server --version` (`Redis server v=7.0.15 sha=...`).
+pub fn server_major_version(version: &str) -> Option<u32> {
+    let v = version.split("v=").nth(1)?;
+    v.split('.').next()?.parse().ok()
 }
 
 /// One delivered message.
@@ -582,6 +603,16 @@ mod tests {
         assert_eq!(s.depth(), 3);
         assert!(s.conserved());
         assert!(!QueueStats { completed: 6, ..s }.conserved());
+    }
+
+    #[test]
+    fn server_version() {
+        assert_eq!(
+            server_major_version("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0"),
+            Some(7)
+        );
+        assert_eq!(server_major_version("Redis server v=6.0.16 sha=0"), Some(6));
+        assert_eq!(server_major_version("something else"), None);
     }
 
     #[test]
