@@ -2,8 +2,9 @@
 //!
 //! etcd + kube-apiserver + kube-controller-manager ([`cluster`]), a kubelet stand-in that turns
 //! the Deployment's pods into real worker processes on 127.0.0.N ([`kubelet`], [`worker`]), a
-//! Redis-streams queue ([`queue`]), a fault-injectable dependency ([`dependency`]), a producer
-//! ([`producer`]), Prometheus ([`prom`]), the operator of this repository as a separate process
+//! Redis-streams queue, optionally limited in memory ([`queue`]), a fault-injectable dependency
+//! ([`dependency`]), a producer, in the lab's process or as pods honouring the operator's
+//! producer gate ([`producer`]), Prometheus ([`prom`]), the operator of this repository as a separate process
 //! ([`operator`]) and, for comparison, a queue-age scaler: the simulator's HPA model
 //! ([`backpressure_sim::autoscaler::Hpa`]) with the parameters of [`scenario::HpaLikeSpec`].
 //! [`run`] runs a scenario ([`scenario`]) through both, [`record`] holds what happened and the

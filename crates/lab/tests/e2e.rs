@@ -7,7 +7,10 @@
 //! within 1.1x its capacity while the backlog drains, the operator dead-letters less, the
 //! operator scales out for a genuine surge, and no message is lost in either run; under a
 //! load-independent partial failure the operator completes >= 90 % of what the dependency
-//! serves and dead-letters no more per failed call than a greedy fleet.
+//! serves and dead-letters no more per failed call than a greedy fleet; with a Redis limited in
+//! memory and producer pods, the operator's broker stays under its limit (producers paused
+//! above the watermark) while the comparison's refuses writes, and no message is lost from the
+//! producers' clients to acknowledgement.
 //!
 //! The operator binary is built with `$CARGO` in the same profile first (or taken from
 //! `BP_OPERATOR_BIN`); without it every operator check fails with "did not run".
