@@ -350,16 +350,7 @@ impl WorkerConfig {
                 format!("{} is not in [0, 1]", b.min_backoff),
             ));
         }
-        if !self.hash.is_empty() {
-            let computed = self.compute_hash();
-            if computed != self.hash {
-                return Err(ConfigError::Hash {
-                    given: self.hash.clone(),
-                    computed,
-                });
-            }
-        }
-        Ok(())
+        check_hash(&self.hash, || self.compute_hash())
     }
 
     /// The content hash: SHA-256 over the canonical JSON with `hash` empty and `generation`
@@ -410,6 +401,22 @@ impl Default for WorkerConfig {
             brake: None,
         }
         .with_hash()
+    }
+}
+
+/// Checks a document's `given` hash against its content's (an empty one means "not given").
+fn check_hash(given: &str, computed: impl FnOnce() -> String) -> Result<(), ConfigError> {
+    if given.is_empty() {
+        return Ok(());
+    }
+    let computed = computed();
+    if computed == given {
+        Ok(())
+    } else {
+        Err(ConfigError::Hash {
+            given: given.to_owned(),
+            computed,
+        })
     }
 }
 

@@ -235,26 +235,14 @@ fn write_stats(path: &Path, stats: &ProducerStats) {
 pub async fn run_pod(args: ProducerArgs) -> anyhow::Result<()> {
     let metrics = Metrics::producer(&args.workload);
     let gate = ProducerGate::new(Some(metrics.clone()));
-    let mut admin = Admin::for_producer(gate.clone(), Some(metrics));
-    if let Some(path) = &args.kubeconfig
-        && !args.allowed_identities.is_empty()
-    {
-        let kc = kube::config::Kubeconfig::read_from(path)?;
-        let cfg =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?;
-        let client = kube::Client::try_from(cfg)?;
-        admin = admin.with_verifier(
-            Arc::new(
-                backpressure_worker::config::token::TokenReviewVerifier::new(
-                    client,
-                    &args.namespace,
-                    &args.workload,
-                ),
-            ),
-            args.allowed_identities.clone(),
-        );
-    }
+    let admin = crate::worker::authenticated(
+        Admin::for_producer(gate.clone(), Some(metrics)),
+        args.kubeconfig.as_deref(),
+        &args.namespace,
+        &args.workload,
+        &args.allowed_identities,
+    )
+    .await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {

@@ -166,6 +166,25 @@ async fn kube_client(path: &std::path::Path) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(cfg)?)
 }
 
+/// A pod's admin endpoint accepting pushes only from `identities` with a token for the pod's own
+/// audience (`namespace`, `workload`), checked by TokenReview through `kubeconfig`; without a
+/// kubeconfig or identities it accepts no push. The workers and the producer pods share it.
+pub(crate) async fn authenticated(
+    admin: Admin,
+    kubeconfig: Option<&std::path::Path>,
+    namespace: &str,
+    workload: &str,
+    identities: &[String],
+) -> anyhow::Result<Admin> {
+    let Some(path) = kubeconfig.filter(|_| !identities.is_empty()) else {
+        return Ok(admin);
+    };
+    let client = kube_client(path).await?;
+    let verifier =
+        backpressure_worker::config::token::TokenReviewVerifier::new(client, namespace, workload);
+    Ok(admin.with_verifier(Arc::new(verifier), identities.to_vec()))
+}
+
 /// Runs the worker until SIGTERM/SIGINT, then finishes the messages in flight.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let initial = WorkerConfig::parse(&std::fs::read(&args.config)?)?;
@@ -175,22 +194,14 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .seed(args.seed)
         .build();
     let state = ConfigState::new(gate.clone(), initial, Some(metrics.clone()));
-    let mut admin = Admin::new(state, Some(metrics));
-    if let Some(path) = &args.kubeconfig
-        && !args.allowed_identities.is_empty()
-    {
-        let client = kube_client(path).await?;
-        admin = admin.with_verifier(
-            Arc::new(
-                backpressure_worker::config::token::TokenReviewVerifier::new(
-                    client,
-                    &args.namespace,
-                    &args.workload,
-                ),
-            ),
-            args.allowed_identities.clone(),
-        );
-    }
+    let admin = authenticated(
+        Admin::new(state, Some(metrics)),
+        args.kubeconfig.as_deref(),
+        &args.namespace,
+        &args.workload,
+        &args.allowed_identities,
+    )
+    .await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

@@ -140,16 +140,7 @@ impl ProducerConfig {
                 ),
             ));
         }
-        if !self.hash.is_empty() {
-            let computed = self.compute_hash();
-            if computed != self.hash {
-                return Err(ConfigError::Hash {
-                    given: self.hash.clone(),
-                    computed,
-                });
-            }
-        }
-        Ok(())
+        super::check_hash(&self.hash, || self.compute_hash())
     }
 
     /// The content hash: as [`super::WorkerConfig::compute_hash`].
