@@ -32,10 +32,19 @@ async fn put(addr: std::net::SocketAddr, token: Option<&str>, doc: &ProducerConf
     req.send().await.unwrap().status().as_u16()
 }
 
-fn producers_in(s: &WorkerBackpressureStatus, state: ProducerState, in_sync: i32) -> bool {
-    s.producers.as_ref().is_some_and(|p| {
-        p.state == state && p.pods_in_sync == Some(in_sync) && p.pods_total == Some(in_sync)
+/// Waits until the producers are in `state` and both producer pods acknowledged it.
+async fn wait_producers(
+    w: &World,
+    state: ProducerState,
+    timeout: Duration,
+) -> WorkerBackpressureStatus {
+    let what = format!("producers {}, 2 of 2 producer pods in sync", state.as_str());
+    w.wait_status(timeout, &what, |s| {
+        s.producers.as_ref().is_some_and(|p| {
+            p.state == state && p.pods_in_sync == Some(2) && p.pods_total == Some(2)
+        })
     })
+    .await
 }
 
 #[tokio::test]
@@ -62,13 +71,7 @@ async fn producers_are_paused_above_the_watermark_and_resumed_through_the_push()
     w.start_operator().await;
 
     // Below the watermarks: open, and every producer pod acknowledged it.
-    let s = w
-        .wait_status(
-            Duration::from_secs(40),
-            "producers Open, 2 of 2 in sync",
-            |s| producers_in(s, ProducerState::Open, 2),
-        )
-        .await;
+    let s = wait_producers(&w, ProducerState::Open, Duration::from_secs(40)).await;
     assert!(
         has_condition(&s, cond::PRODUCERS_THROTTLED, "False"),
         "{s:?}"
@@ -82,13 +85,7 @@ async fn producers_are_paused_above_the_watermark_and_resumed_through_the_push()
         k.completion_rate = 2.0;
     };
     w.fleet.set(above);
-    let s = w
-        .wait_status(
-            Duration::from_secs(40),
-            "producers Paused, 2 of 2 in sync",
-            |s| producers_in(s, ProducerState::Paused, 2),
-        )
-        .await;
+    let s = wait_producers(&w, ProducerState::Paused, Duration::from_secs(40)).await;
     let c = condition(&s, cond::PRODUCERS_THROTTLED).expect("ProducersThrottled");
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
@@ -164,13 +161,7 @@ async fn producers_are_paused_above_the_watermark_and_resumed_through_the_push()
         k.arrival_rate = 1.0;
     };
     w.fleet.set(below);
-    let s = w
-        .wait_status(
-            Duration::from_secs(40),
-            "producers Resuming, 2 of 2 in sync",
-            |s| producers_in(s, ProducerState::Resuming, 2),
-        )
-        .await;
+    let s = wait_producers(&w, ProducerState::Resuming, Duration::from_secs(40)).await;
     // The completion rate as the `rate()` window saw it when the queue fell (2 → 40/s).
     let rate = s.producers.as_ref().and_then(|p| p.rate).unwrap();
     assert!((2.0..=44.0).contains(&rate), "{s:?}");
@@ -180,12 +171,7 @@ async fn producers_are_paused_above_the_watermark_and_resumed_through_the_push()
         let per_pod = running.rate_per_second.unwrap();
         assert!((per_pod - rate / 2.0).abs() < 1e-9, "{per_pod} of {rate}");
     }
-    w.wait_status(
-        Duration::from_secs(60),
-        "producers Open again, 2 of 2 in sync",
-        |s| producers_in(s, ProducerState::Open, 2),
-    )
-    .await;
+    wait_producers(&w, ProducerState::Open, Duration::from_secs(60)).await;
     assert!(producers.iter().all(|p| p.gate.state() == GateState::Open));
     for reason in ["ProducersResuming", "ProducersOpen"] {
         assert!(w.event(reason).await.is_some(), "no {reason} event");
