@@ -94,7 +94,7 @@ pub async fn producers_step(
         None => (Vec::new(), None),
     };
     let ready = pods.iter().filter(|p| p.ready).count() as i32;
-    let rendered = producers::render_producer_config(spec, &status, ready);
+    let rendered = producers::render_producer_config(spec, &status, ready, now);
     let generation = resolve::next_config_generation(
         prev.and_then(|p| Some((p.hash.as_deref()?, p.generation.unwrap_or(0)))),
         &rendered.hash,

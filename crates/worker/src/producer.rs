@@ -26,6 +26,13 @@
 //!   next token while throttled). For producers that answer their own clients, for example
 //!   with HTTP 429 and a `Retry-After` header.
 //!
+//! # The lease
+//!
+//! A `Paused` or `Throttled` document from the operator carries `expiresAtUnix`, renewed while
+//! the restriction holds. When it passes without a newer document the gate opens by itself (a
+//! warning is logged and the state metric says `Open`): an operator that is gone never leaves
+//! its producers paused. A refused caller is never told to wait past the end of the lease.
+//!
 //! # The gate never drops a message
 //!
 //! There is no shedding inside the gate: a message is either admitted, or its caller waits, or
@@ -109,6 +116,8 @@ struct Bucket {
     /// Tokens held at `at`.
     tokens: f64,
     at: Instant,
+    /// When the running restriction's lease ends (`expiresAtUnix`), if it has one.
+    expires: Option<Instant>,
 }
 
 impl Bucket {
@@ -119,6 +128,19 @@ impl Bucket {
             retry_after: Duration::from_millis(ProducerConfig::default().retry_after_ms),
             tokens: 0.0,
             at: now,
+            expires: None,
+        }
+    }
+
+    /// Opens the gate once the restriction's lease has ended; whether it just did.
+    fn lapse(&mut self, now: Instant) -> bool {
+        match self.expires {
+            Some(end) if now >= end && self.state != GateState::Open => {
+                self.state = GateState::Open;
+                self.expires = None;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -138,9 +160,14 @@ impl Bucket {
         self.at = now;
     }
 
-    /// Installs `cfg` at `now` (see the module docs for what the tokens do).
-    fn install(&mut self, cfg: &ProducerConfig, now: Instant) {
+    /// Installs `cfg` at `now`, `now_unix` in Unix seconds (see the module docs for what the
+    /// tokens and the lease do).
+    fn install(&mut self, cfg: &ProducerConfig, now: Instant, now_unix: i64) {
         self.refill(now);
+        self.expires = cfg.expires_at_unix.map(|end| {
+            let left = u64::try_from(end.saturating_sub(now_unix)).unwrap_or(0);
+            now + Duration::from_secs(left)
+        });
         let was_throttled = self.state == GateState::Throttled;
         self.state = cfg.state;
         self.rate = cfg.rate_per_second.unwrap_or(0.0).max(0.0);
@@ -155,10 +182,19 @@ impl Bucket {
 
     /// Takes a token at `now` if the state admits.
     fn take(&mut self, now: Instant) -> Admission {
+        self.lapse(now);
+        // A refused caller is not told to wait past the end of the lease.
+        let until_lapse = |d: Duration| {
+            self.expires
+                .map_or(d, |end| d.min(end.saturating_duration_since(now)))
+                .max(Duration::from_millis(1))
+        };
         match self.state {
             GateState::Open => Admission::Admitted,
-            GateState::Paused => Admission::RetryAfter(self.retry_after),
-            GateState::Throttled if self.rate <= 0.0 => Admission::RetryAfter(self.retry_after),
+            GateState::Paused => Admission::RetryAfter(until_lapse(self.retry_after)),
+            GateState::Throttled if self.rate <= 0.0 => {
+                Admission::RetryAfter(until_lapse(self.retry_after))
+            }
             GateState::Throttled => {
                 self.refill(now);
                 // Float sums of small steps fall a hair short of a whole token.
@@ -175,8 +211,11 @@ impl Bucket {
         }
     }
 
-    /// Whether only a new document can admit (nothing refills).
+    /// Whether only a new document can admit (nothing refills, no lease ends).
     fn waits_for_a_document(&self) -> bool {
+        if self.expires.is_some() {
+            return false;
+        }
         match self.state {
             GateState::Open => false,
             GateState::Paused => true,
@@ -264,9 +303,11 @@ impl ProducerGate {
         self.inner.doc.origin()
     }
 
-    /// The running state.
+    /// The state in force: the running document's, or `Open` once its lease has ended.
     pub fn state(&self) -> GateState {
-        self.bucket().state
+        let mut b = self.bucket();
+        self.lapse(&mut b, Instant::now());
+        b.state
     }
 
     /// Parses, validates and applies a document.
@@ -289,15 +330,29 @@ impl ProducerGate {
     ) -> Result<ConfigAck, ApplyError> {
         cfg.validate()?;
         check_generation_lead(cfg.generation, now_unix, MAX_GENERATION_LEAD_MS)?;
-        self.inner.doc.apply(cfg, origin, |cfg| self.install(cfg))
+        self.inner
+            .doc
+            .apply(cfg, origin, |cfg| self.install(cfg, now_unix))
     }
 
-    fn install(&self, cfg: &ProducerConfig) {
-        self.bucket().install(cfg, Instant::now());
+    fn install(&self, cfg: &ProducerConfig, now_unix: i64) {
+        self.bucket().install(cfg, Instant::now(), now_unix);
         if let Some(m) = &self.inner.metrics {
             m.set_producer_state(cfg.state, cfg.rate_per_second);
         }
         self.inner.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Opens the gate if the restriction's lease ended at `now`, and says so in the metrics.
+    fn lapse(&self, b: &mut Bucket, now: Instant) {
+        if b.lapse(now) {
+            tracing::warn!(
+                "producer state lease ended without a newer document from the operator: open"
+            );
+            if let Some(m) = &self.inner.metrics {
+                m.set_producer_state(GateState::Open, None);
+            }
+        }
     }
 
     /// Admits a message now or says when to try again, counting either (see the module docs).
@@ -315,6 +370,7 @@ impl ProducerGate {
 
     fn take(&self, now: Instant) -> (Admission, GateState) {
         let mut b = self.bucket();
+        self.lapse(&mut b, now);
         (b.take(now), b.state)
     }
 
@@ -338,6 +394,7 @@ impl ProducerGate {
             let mut b = self.bucket();
             // With callers already waiting, a newcomer passes at once only when the gate is
             // open (that takes no token): a token goes to the first waiter.
+            self.lapse(&mut b, Instant::now());
             if turn.is_some() || b.state == GateState::Open {
                 (b.take(Instant::now()), b.state)
             } else {
@@ -357,6 +414,7 @@ impl ProducerGate {
             changed.borrow_and_update();
             let (admission, state, waits_for_a_document) = {
                 let mut b = self.bucket();
+                self.lapse(&mut b, Instant::now());
                 (b.take(Instant::now()), b.state, b.waits_for_a_document())
             };
             let wait = match admission {

@@ -12,6 +12,10 @@
 //! [`PRODUCER_PATH`] returns the running ack. A pod that is not a producer answers 404 on
 //! [`PRODUCER_PATH`] (and a producer that is not a worker 404 on [`super::CONFIG_PATH`]).
 //!
+//! A `Paused` or `Throttled` document carries a lease (`expiresAtUnix`): once it has passed
+//! without a newer document, the producer runs `Open`, so a producer is never left restricted by
+//! an operator that is gone.
+//!
 //! The producer honours the document with a gate in front of every send (the worker library's
 //! `ProducerGate`): `Open` admits everything, `Throttled` admits at most `ratePerSecond` per
 //! second (a token bucket holding at most one second of tokens, and at least one token, so
@@ -81,6 +85,12 @@ pub struct ProducerConfig {
     /// How long a caller refused while `Paused` should wait before trying again, in
     /// milliseconds, at most [`MAX_RETRY_AFTER_MS`].
     pub retry_after_ms: u64,
+    /// The lease of a restriction: Unix time in seconds after which the producer runs `Open`
+    /// unless a newer document arrives first. The operator sends one with every `Paused` or
+    /// `Throttled` document and renews it while the restriction holds, so producers are never
+    /// left paused by an operator that is gone. Absent: no end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_unix: Option<i64>,
 }
 
 impl Default for ProducerConfig {
@@ -93,6 +103,7 @@ impl Default for ProducerConfig {
             state: GateState::Open,
             rate_per_second: None,
             retry_after_ms: 1000,
+            expires_at_unix: None,
         }
         .with_hash()
     }
@@ -130,6 +141,9 @@ impl ProducerConfig {
                 return Err(field("ratePerSecond", format!("{r} is not finite and ≥ 0")));
             }
             _ => {}
+        }
+        if self.expires_at_unix.is_some_and(|t| t < 0) {
+            return Err(field("expiresAtUnix", "must not be negative".into()));
         }
         if !(1..=MAX_RETRY_AFTER_MS).contains(&self.retry_after_ms) {
             return Err(field(
@@ -186,6 +200,12 @@ mod tests {
             };
             assert_eq!(field(&c), "ratePerSecond");
         }
+        let negative = ProducerConfig {
+            expires_at_unix: Some(-1),
+            hash: String::new(),
+            ..d.clone()
+        };
+        assert_eq!(field(&negative), "expiresAtUnix");
         for retry_after_ms in [0, MAX_RETRY_AFTER_MS + 1] {
             let c = ProducerConfig {
                 retry_after_ms,

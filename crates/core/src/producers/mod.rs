@@ -421,14 +421,22 @@ pub fn condition(status: &ProducerStatus) -> (bool, &'static str, String) {
 /// The condition type, re-exported for callers.
 pub const CONDITION: &str = cond::PRODUCERS_THROTTLED;
 
-/// The document pushed to each of `ready_pods` producer pods: the workload's rate shared among
-/// them (with no ready pods, the whole rate), the retry-after of a pause (the pause dwell,
-/// between 1 s and a minute: constant, so the document's hash changes only with the state or
-/// the rate), `generation` left to the caller ([`crate::resolve::next_config_generation`]).
+/// The step of a restriction's lease: a restricting document pushed at `now` lapses at the end
+/// of the next whole step after the current one, between one and two steps later, so the
+/// document (and its hash) changes once a step while the restriction holds, and producers whose
+/// operator is gone are open again within two steps.
+pub const LEASE_STEP: Duration = Duration::from_secs(300);
+
+/// The document pushed to each of `ready_pods` producer pods at `now`: the workload's rate
+/// shared among them (with no ready pods, the whole rate), the retry-after of a pause (the
+/// pause dwell, between 1 s and a minute), a restriction's lease ([`LEASE_STEP`]), and
+/// `generation` left to the caller ([`crate::resolve::next_config_generation`]). Its hash
+/// changes with the state, the rate, and each lease step.
 pub fn render_producer_config(
     eff: &EffectiveProducers,
     status: &ProducerStatus,
     ready_pods: i32,
+    now: Timestamp,
 ) -> ProducerConfig {
     let pods = f64::from(ready_pods.max(1));
     let (state, rate_per_second) = match status.state {
@@ -454,6 +462,10 @@ pub fn render_producer_config(
         retry_after_ms: u64::try_from(retry_after.as_millis())
             .unwrap_or(MAX_RETRY_AFTER_MS)
             .min(MAX_RETRY_AFTER_MS),
+        expires_at_unix: (state != GateState::Open).then(|| {
+            let step = LEASE_STEP.as_secs() as i64;
+            (now.as_second().div_euclid(step) + 2) * step
+        }),
     }
     .with_hash()
 }

@@ -275,7 +275,7 @@ fn the_same_inputs_give_the_same_status_and_no_event() {
 fn the_pushed_document_shares_the_rate_among_ready_pods() {
     let e = eff(ProducerMode::Throttle);
     let d = decide_producers(&e, None, &depth(900.0, 100.0, 10.0), at(0));
-    let doc = render_producer_config(&e, &d.status, 3);
+    let doc = render_producer_config(&e, &d.status, 3, at(0));
     assert_eq!(doc.state, GateState::Throttled);
     assert_eq!(doc.rate_per_second, Some(30.0));
     assert_eq!(doc.validate(), Ok(()));
@@ -285,14 +285,33 @@ fn the_pushed_document_shares_the_rate_among_ready_pods() {
         &depth(900.0, 0.0, 0.0),
         at(0),
     );
-    let doc = render_producer_config(&e, &p.status, 0);
+    let doc = render_producer_config(&e, &p.status, 0, at(0));
     assert_eq!(doc.state, GateState::Paused);
     assert_eq!(doc.retry_after_ms, 60_000);
     let open = decide_producers(&e, None, &depth(0.0, 0.0, 0.0), at(0));
-    assert_eq!(
-        render_producer_config(&e, &open.status, 2).state,
-        GateState::Open
-    );
+    let doc = render_producer_config(&e, &open.status, 2, at(0));
+    assert_eq!((doc.state, doc.expires_at_unix), (GateState::Open, None));
+}
+
+#[test]
+fn a_restriction_carries_a_lease_renewed_once_a_step() {
+    let e = eff(ProducerMode::Pause);
+    let p = decide_producers(&e, None, &depth(900.0, 0.0, 0.0), at(0));
+    let step = LEASE_STEP.as_secs() as i64;
+    for t in [0, 1, 299, 300, 7_777] {
+        let now = at(t);
+        let end = render_producer_config(&e, &p.status, 2, now)
+            .expires_at_unix
+            .unwrap();
+        let left = end - now.as_second();
+        assert!(left > step && left <= 2 * step, "lease of {left} s at {t}");
+    }
+    // Within one step the document does not change (no push per reconcile); across, it does.
+    let hash = |t: i64| render_producer_config(&e, &p.status, 2, at(t)).hash;
+    let into_step = at(0).as_second().rem_euclid(step);
+    let start = -into_step;
+    assert_eq!(hash(start + 1), hash(start + step - 1));
+    assert_ne!(hash(start + 1), hash(start + step + 1));
 }
 
 #[test]

@@ -633,3 +633,59 @@ async fn the_mounted_producer_state_is_hot_reloaded() {
     assert_eq!(gate.state(), GateState::Open);
     let _ = stop.send(());
 }
+
+/// A restriction whose lease ends without a newer document (the operator is gone) opens the
+/// gate by itself: waiters are admitted at the end of the lease, never later, and a refused
+/// caller is not told to wait past it.
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_lease_opens_the_gate_without_a_document() {
+    let (gate, metrics) = gate();
+    let now_unix = 1_800_000_000;
+    let leased = ProducerConfig {
+        generation: 1,
+        state: GateState::Paused,
+        retry_after_ms: 60_000,
+        expires_at_unix: Some(now_unix + 10),
+        ..ProducerConfig::default()
+    }
+    .with_hash();
+    gate.apply_at(leased, Origin::Push, now_unix).unwrap();
+    let start = Instant::now();
+    assert_eq!(gate.state(), GateState::Paused);
+    assert_eq!(
+        gate.try_admit(),
+        Admission::RetryAfter(Duration::from_secs(10)),
+        "not past the lease"
+    );
+    let waiter = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.admit().await }
+    });
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(!waiter.is_finished());
+    assert_eq!(gate.state(), GateState::Paused);
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("admitted when the lease ends")
+        .unwrap();
+    assert_eq!(Instant::now() - start, Duration::from_secs(10));
+    assert_eq!(gate.state(), GateState::Open);
+    assert_eq!(gate.try_admit(), Admission::Admitted);
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"backpressure_producer_state{workload="orders-api",state="Open"} 1"#),
+        "{text}"
+    );
+
+    // A lease already over when the document arrives: open at once.
+    let late = ProducerConfig {
+        generation: 2,
+        state: GateState::Throttled,
+        rate_per_second: Some(0.0),
+        expires_at_unix: Some(now_unix - 1),
+        ..ProducerConfig::default()
+    }
+    .with_hash();
+    gate.apply_at(late, Origin::Push, now_unix).unwrap();
+    assert_eq!(gate.try_admit(), Admission::Admitted);
+}
