@@ -25,6 +25,7 @@ use crate::act::push::{Identity, Pusher, TokenSource};
 use crate::admin::Health;
 use crate::errors::Chain;
 use crate::metrics::{FleetGauges, Metrics};
+use crate::observe::autoscalers::AutoscalerIndex;
 use crate::observe::owners::OwnersIndex;
 use crate::observe::prometheus::{Changed, MetricsHub};
 use crate::observe::target::KindCache;
@@ -208,6 +209,10 @@ pub async fn run(
                 .debounce(Duration::from_millis(200)),
         )
         .trigger_backoff(WatchBackoff::default());
+    // Every HPA and ScaledObject by the workload it scales: an Active object whose target
+    // another autoscaler scales does not write /scale (no fight over replicas).
+    let autoscalers = AutoscalerIndex::default();
+    let autoscaler_stream = autoscalers.watch(&client);
     let hub = MetricsHub::new(metrics.clone()).map_err(RunError::Http)?;
     // Objects whose metrics changed are reconciled at once, not at their next requeue.
     let metric_changes = metric_triggers(hub.subscribe(), store.clone());
@@ -230,6 +235,7 @@ pub async fn run(
         namespaces: namespaces.clone(),
         wbps: store.clone(),
         owners: OwnersIndex::new(OWNERS_MAX_AGE),
+        autoscalers: autoscalers.clone(),
         settings,
     });
 
@@ -309,6 +315,7 @@ pub async fn run(
         pod_stream.map(|_| ()).boxed(),
         cm_stream.map(|_| ()).boxed(),
         ns_stream.map(|_| ()).boxed(),
+        autoscaler_stream.boxed(),
     ]);
     tokio::spawn(side.for_each(|()| async {}));
 

@@ -1,6 +1,7 @@
 //! Observation (I/O): the target through `/scale`, its pods, and the fleet metrics.
 
 pub mod access;
+pub mod autoscalers;
 pub mod owners;
 pub mod prometheus;
 pub mod promql;

@@ -14,6 +14,7 @@ use crate::act::events::Recorder;
 use crate::act::push::{Pusher, TokenSource};
 use crate::metrics::Metrics;
 use crate::observe::access::PrometheusAccess;
+use crate::observe::autoscalers::AutoscalerIndex;
 use crate::observe::owners::OwnersIndex;
 use crate::observe::prometheus::MetricsHub;
 use crate::observe::target::KindCache;
@@ -58,6 +59,8 @@ pub struct Context {
     pub wbps: Store<WorkerBackpressure>,
     /// Which object acts on a target that several name.
     pub owners: OwnersIndex,
+    /// The HPAs and ScaledObjects of the cluster by the workload they scale.
+    pub autoscalers: AutoscalerIndex,
     /// Command-line settings.
     pub settings: Settings,
 }

@@ -141,7 +141,7 @@ async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, Reconc
         return guard::finalize(wbp, ctx, &ns).await;
     }
     let now = Timestamp::now();
-    let eff = match resolve_step(wbp, ctx, &ns, now) {
+    let mut eff = match resolve_step(wbp, ctx, &ns, now) {
         Ok(eff) => eff,
         Err(err) => {
             return report_not_ready(wbp, ctx, &ns, NotReady::InvalidSpec(&err), now).await;
@@ -156,6 +156,7 @@ async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, Reconc
         };
         return report_not_ready(wbp, ctx, &ns, why, now).await;
     }
+    let conflict = autoscaler_conflict(ctx, &ns, &mut eff);
     let observed = observe_step(ctx, &ns, &eff, now).await;
     let target = match &observed.target {
         Ok(t) => t,
@@ -192,6 +193,9 @@ async fn steps(wbp: &WorkerBackpressure, ctx: &Context) -> Result<Action, Reconc
     let mut status = decision.status;
     if let Some(message) = not_owned {
         report_not_owned(&mut status, previous, message, &mut notes, now);
+    }
+    if let Some(message) = conflict {
+        report_conflict(&mut status, previous, message, &mut notes, now);
     }
     guard_step(wbp, ctx, &ns, &eff, clamp, &mut status, &mut notes, now).await?;
     report_producers(&mut status, previous, producers.as_ref(), now);
@@ -430,6 +434,69 @@ fn report_not_owned(
             now,
         );
     }
+}
+
+/// The condition reason (`Ready`) and event reason of an `Active` object whose target another
+/// autoscaler also scales.
+pub const AUTOSCALER_CONFLICT: &str = "AutoscalerConflict";
+
+/// In `Active` mode, the HPAs and ScaledObjects that scale the same workload (from the index
+/// the watches keep, no request): if there are any, the object acts as in DryRun (decides and
+/// reports, writes nothing to the target, no config push) so that two autoscalers never fight
+/// over the replicas, and the message for [`report_conflict`] is returned. `Guard` mode is how
+/// to keep such an autoscaler.
+fn autoscaler_conflict(ctx: &Context, ns: &str, eff: &mut Effective) -> Option<String> {
+    if eff.mode != Mode::Active {
+        return None;
+    }
+    let others = ctx.autoscalers.of(ns, &eff.target_ref);
+    if others.is_empty() {
+        return None;
+    }
+    let t = &eff.target_ref;
+    if !eff.dry_run {
+        eff.dry_run = true;
+        eff.dry_run_by = Some(format!("{} scales the same target", others.join(", ")));
+    }
+    Some(format!(
+        "{} also scales {}/{}: the operator writes nothing to it while it does (as in DryRun); \
+         keep it under the operator with mode Guard and spec.guard naming it, or delete it",
+        others.join(", "),
+        t.kind,
+        t.name
+    ))
+}
+
+/// `Ready` False with reason [`AUTOSCALER_CONFLICT`], and a Warning event when the message is
+/// new.
+fn report_conflict(
+    status: &mut WorkerBackpressureStatus,
+    previous: Option<&WorkerBackpressureStatus>,
+    message: String,
+    notes: &mut Vec<Note>,
+    now: Timestamp,
+) {
+    let reported = previous
+        .and_then(|p| p.conditions.as_deref())
+        .and_then(|c| c.iter().find(|c| c.type_ == cond::READY))
+        .is_some_and(|c| c.reason == AUTOSCALER_CONFLICT && c.message == message);
+    if !reported {
+        notes.push(Note {
+            warning: true,
+            reason: AUTOSCALER_CONFLICT.into(),
+            action: "Classify".into(),
+            message: message.clone(),
+        });
+    }
+    decide::set_condition(
+        status,
+        previous,
+        cond::READY,
+        false,
+        AUTOSCALER_CONFLICT,
+        message,
+        now,
+    );
 }
 
 /// Step 4 (no client): what was observed, as [`decide::decide`] reads it, and its decision

@@ -549,3 +549,84 @@ async fn the_operator_role_cannot_touch_what_it_does_not_need() {
         "{err:?}"
     );
 }
+
+/// Issue 15, point 5: in Active mode, an HPA that scales the same Deployment is found from the
+/// operator's watch (no list per reconcile) and reported: `Ready` False naming it, decisions as
+/// in DryRun, no `/scale` write, so the two never fight over the replicas. Once it is deleted,
+/// the operator scales.
+#[tokio::test]
+async fn an_hpa_on_the_same_target_is_reported_and_not_fought() {
+    let _serial = serial().await;
+    let mut w = World::builder("conflict").replicas(2).pods(2).start().await;
+    let hpas: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        w.scene.client.clone(),
+        &w.scene.ns,
+        &backpressure_operator::act::guard::api_resource(
+            backpressure_api::v1alpha1::GuardKind::HorizontalPodAutoscaler,
+        ),
+    );
+    let hpa: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "w-cpu"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "w"},
+                 "minReplicas": 1, "maxReplicas": 10},
+    }))
+    .unwrap();
+    hpas.create(&PostParams::default(), &hpa).await.unwrap();
+    w.fleet.set(backlog);
+    w.apply(json!({})).await;
+    w.start_operator().await;
+
+    let s = w
+        .wait_status(
+            Duration::from_secs(40),
+            "Ready False, AutoscalerConflict",
+            |s| condition(s, "Ready").is_some_and(|c| c.reason == "AutoscalerConflict"),
+        )
+        .await;
+    let ready = condition(&s, "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+    assert!(
+        ready.message.contains("HorizontalPodAutoscaler/w-cpu")
+            && ready.message.contains("Deployment/w"),
+        "{ready:?}"
+    );
+    // The backlog asks for more replicas: decided, reported, not applied.
+    let s = w
+        .wait_status(
+            Duration::from_secs(30),
+            "a scale-out decided in DryRun",
+            |s| {
+                s.last_decision
+                    .as_ref()
+                    .is_some_and(|d| d.action == Action::ScaleOut && d.dry_run == Some(true))
+            },
+        )
+        .await;
+    assert!(
+        s.dry_run_by
+            .as_deref()
+            .is_some_and(|b| b.contains("HorizontalPodAutoscaler/w-cpu")),
+        "{s:?}"
+    );
+    assert_eq!(w.replicas().await, 2);
+    assert!(w.scale_writes().is_empty(), "{:?}", w.scale_writes());
+    assert!(w.event("AutoscalerConflict").await.is_some());
+
+    // The HPA gone, the operator scales out for the backlog.
+    hpas.delete("w-cpu", &DeleteParams::default())
+        .await
+        .unwrap();
+    w.wait_for(
+        Duration::from_secs(60),
+        "scale-out once the HPA is gone",
+        || async { (w.replicas().await > 2).then_some(()) },
+    )
+    .await;
+    let s = w.status().await;
+    assert_eq!(
+        condition(&s, "Ready").map(|c| c.status.as_str()),
+        Some("True"),
+        "{s:?}"
+    );
+}

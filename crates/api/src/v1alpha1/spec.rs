@@ -190,7 +190,20 @@ pub struct GuardRef {
 }
 
 /// Kinds of autoscaler that `Guard` mode can clamp.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
 pub enum GuardKind {
     /// An autoscaling/v2 HorizontalPodAutoscaler.
     #[default]
