@@ -12,6 +12,7 @@
 
 mod common;
 
+mod chart;
 mod crd;
 mod faults;
 mod gitops;
