@@ -38,6 +38,7 @@ fn invalid_values_fail_with_a_schema_error_naming_the_key() {
         ),
         ("admission.maxSetPoint=1.5", "/admission/maxSetPoint"),
         ("leaderElection.enabled=maybe", "/leaderElection/enabled"),
+        ("image.digest=latest", "/image/digest"),
         // Typos: unknown keys at any level.
         ("operatr.logFormat=json", "'operatr'"),
         ("rbac.secret.clusterWide=true", "'secret'"),
@@ -69,4 +70,50 @@ fn invalid_values_fail_with_a_schema_error_naming_the_key() {
             panic!("{sets:?} refused: {e}");
         }
     }
+}
+
+#[test]
+fn the_image_can_be_pinned_by_digest_and_extra_volumes_mounted() {
+    let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let out = template(&[
+        "image.repository=registry.example/bp",
+        &format!("image.digest={digest}"),
+        "image.tag=ignored",
+        "extraVolumes[0].name=prom-ca",
+        "extraVolumes[0].configMap.name=prometheus-ca",
+        "extraVolumeMounts[0].name=prom-ca",
+        "extraVolumeMounts[0].mountPath=/etc/prometheus-ca",
+    ])
+    .unwrap();
+    let deployment: serde_yaml::Value = out
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(
+        c["image"].as_str(),
+        Some(format!("registry.example/bp@{digest}").as_str())
+    );
+    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["name"] == "prom-ca" && m["mountPath"] == "/etc/prometheus-ca"),
+        "{mounts:?}"
+    );
+    let volumes = pod["volumes"].as_sequence().unwrap();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v["name"] == "prom-ca" && v["configMap"]["name"] == "prometheus-ca"),
+        "{volumes:?}"
+    );
+    // Without a digest: the tag.
+    let out = template(&["image.repository=registry.example/bp", "image.tag=1.2.3"]).unwrap();
+    assert!(
+        out.contains("image: \"registry.example/bp:1.2.3\""),
+        "{out}"
+    );
 }
