@@ -411,28 +411,58 @@ fn report_not_owned(
     notes: &mut Vec<Note>,
     now: Timestamp,
 ) {
-    let reported = previous
-        .and_then(|p| p.conditions.as_deref())
-        .and_then(|c| c.iter().find(|c| c.type_ == cond::CONFIG_IN_SYNC))
-        .is_some_and(|c| c.reason == CONFIGMAP_NOT_OWNED && c.message == message);
-    if !reported {
-        notes.push(Note {
-            warning: true,
-            reason: CONFIGMAP_NOT_OWNED.into(),
-            action: "WriteConfigMap".into(),
-            message: message.clone(),
-        });
-    }
-    for type_ in [cond::READY, cond::CONFIG_IN_SYNC] {
-        decide::set_condition(
-            status,
-            previous,
-            type_,
-            false,
-            CONFIGMAP_NOT_OWNED,
-            message.clone(),
-            now,
-        );
+    let problem = Problem {
+        conditions: &[cond::CONFIG_IN_SYNC, cond::READY],
+        reason: CONFIGMAP_NOT_OWNED,
+        action: "WriteConfigMap",
+        message,
+    };
+    problem.report(status, previous, notes, now);
+}
+
+/// A problem only a person can resolve: its conditions set False with `reason` and `message`,
+/// and a Warning event when the first condition did not already say exactly that.
+struct Problem<'a> {
+    conditions: &'a [&'a str],
+    reason: &'static str,
+    action: &'static str,
+    message: String,
+}
+
+impl Problem<'_> {
+    fn report(
+        self,
+        status: &mut WorkerBackpressureStatus,
+        previous: Option<&WorkerBackpressureStatus>,
+        notes: &mut Vec<Note>,
+        now: Timestamp,
+    ) {
+        let reported = previous
+            .and_then(|p| p.conditions.as_deref())
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| Some(&c.type_.as_str()) == self.conditions.first())
+            })
+            .is_some_and(|c| c.reason == self.reason && c.message == self.message);
+        if !reported {
+            notes.push(Note {
+                warning: true,
+                reason: self.reason.into(),
+                action: self.action.into(),
+                message: self.message.clone(),
+            });
+        }
+        for type_ in self.conditions {
+            decide::set_condition(
+                status,
+                previous,
+                type_,
+                false,
+                self.reason,
+                self.message.clone(),
+                now,
+            );
+        }
     }
 }
 
@@ -476,27 +506,13 @@ fn report_conflict(
     notes: &mut Vec<Note>,
     now: Timestamp,
 ) {
-    let reported = previous
-        .and_then(|p| p.conditions.as_deref())
-        .and_then(|c| c.iter().find(|c| c.type_ == cond::READY))
-        .is_some_and(|c| c.reason == AUTOSCALER_CONFLICT && c.message == message);
-    if !reported {
-        notes.push(Note {
-            warning: true,
-            reason: AUTOSCALER_CONFLICT.into(),
-            action: "Classify".into(),
-            message: message.clone(),
-        });
-    }
-    decide::set_condition(
-        status,
-        previous,
-        cond::READY,
-        false,
-        AUTOSCALER_CONFLICT,
+    let problem = Problem {
+        conditions: &[cond::READY],
+        reason: AUTOSCALER_CONFLICT,
+        action: "Classify",
         message,
-        now,
-    );
+    };
+    problem.report(status, previous, notes, now);
 }
 
 /// Step 4 (no client): what was observed, as [`decide::decide`] reads it, and its decision
