@@ -29,7 +29,7 @@
 
 use backpressure_api::v1alpha1::{GuardClamp, GuardKind, GuardStatus, WorkerBackpressure};
 use kube::ResourceExt as _;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -134,25 +134,8 @@ impl GuardError {
     }
 }
 
-/// The API resource of a guarded kind.
-pub fn api_resource(kind: GuardKind) -> ApiResource {
-    match kind {
-        GuardKind::HorizontalPodAutoscaler => ApiResource {
-            group: "autoscaling".into(),
-            version: "v2".into(),
-            api_version: "autoscaling/v2".into(),
-            kind: "HorizontalPodAutoscaler".into(),
-            plural: "horizontalpodautoscalers".into(),
-        },
-        GuardKind::ScaledObject => ApiResource {
-            group: "keda.sh".into(),
-            version: "v1alpha1".into(),
-            api_version: "keda.sh/v1alpha1".into(),
-            kind: "ScaledObject".into(),
-            plural: "scaledobjects".into(),
-        },
-    }
-}
+/// The API resource of a guarded kind (defined with the watches of every autoscaler).
+pub use crate::observe::autoscalers::api_resource;
 
 /// Reads the fields Guard mode may touch, as the merge patch that would restore them.
 pub fn capture(kind: GuardKind, obj: &Value) -> Value {

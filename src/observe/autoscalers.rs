@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use backpressure_api::v1alpha1::{GuardKind, TargetRef};
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event, watcher};
 
@@ -158,7 +158,7 @@ impl AutoscalerIndex {
             watcher::Config::default().any_semantic(),
         )
         .default_backoff();
-        let so_resource = crate::act::guard::api_resource(GuardKind::ScaledObject);
+        let so_resource = api_resource(GuardKind::ScaledObject);
         let scaled_objects = watcher(
             Api::<DynamicObject>::all_with(client.clone(), &so_resource),
             watcher::Config::default().any_semantic(),
@@ -180,6 +180,26 @@ impl AutoscalerIndex {
                 })
                 .boxed(),
         )
+    }
+}
+
+/// The API resource of an autoscaler kind (Guard mode clamps these, too).
+pub fn api_resource(kind: GuardKind) -> ApiResource {
+    match kind {
+        GuardKind::HorizontalPodAutoscaler => ApiResource {
+            group: "autoscaling".into(),
+            version: "v2".into(),
+            api_version: "autoscaling/v2".into(),
+            kind: "HorizontalPodAutoscaler".into(),
+            plural: "horizontalpodautoscalers".into(),
+        },
+        GuardKind::ScaledObject => ApiResource {
+            group: "keda.sh".into(),
+            version: "v1alpha1".into(),
+            api_version: "keda.sh/v1alpha1".into(),
+            kind: "ScaledObject".into(),
+            plural: "scaledobjects".into(),
+        },
     }
 }
 
