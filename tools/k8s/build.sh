@@ -11,6 +11,10 @@
 #   tools/k8s/go.mod             k8s.io/kubernetes + go.etcd.io/etcd/server/v3
 #   tools/k8s/helm/go.mod        helm.sh/helm/v3 (Debian has no helm)
 #   tools/k8s/prometheus/go.mod  github.com/prometheus/prometheus (Debian's lacks kubernetes_sd)
+#   tools/k8s/keda/go.mod        github.com/kedacore/keda/v2 (operator + metrics adapter + CRDs)
+#
+# KEDA is built only with BP_KEDA=1 (or `tools/k8s/build.sh keda`): the lab and the tests that
+# compare against it ask for it; the other tests do not pay its ~15 CPU-minutes cold.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,12 +25,17 @@ k8s_version=$(version_of k8s.io/kubernetes "$here/go.mod")
 etcd_version=$(version_of go.etcd.io/etcd/server/v3 "$here/go.mod")
 helm_version=$(version_of helm.sh/helm/v3 "$here/helm/go.mod")
 prom_version=$(version_of github.com/prometheus/prometheus "$here/prometheus/go.mod")
+keda_version=$(version_of github.com/kedacore/keda/v2 "$here/keda/go.mod")
 cache=${BP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/backpressure-operator}
 
 k8s_key="k8s-${k8s_version}_etcd-${etcd_version}_helm-${helm_version}"
 prom_key="prometheus-${prom_version}"
 k8s_out="$cache/$k8s_key/bin"
 prom_out="$cache/$prom_key/bin"
+keda_key="keda-${keda_version}"
+keda_out="$cache/$keda_key/bin"
+want_keda=${BP_KEDA:-0}
+[ "${1:-}" = keda ] && want_keda=1
 all_out="$cache/bin-${k8s_key}_${prom_key}"
 
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
@@ -92,14 +101,46 @@ build_prometheus() {
   echo "k8s-bins: $prom_key built in $(( $(date +%s) - start ))s" >&2
 }
 
+build_keda() {
+  have "$keda_out" keda-operator keda-adapter && [ -d "$keda_out/crds" ] && return 0
+  need_go "KEDA"
+  local tmp="$cache/$keda_key/tmp.$$" start kv mod
+  mkdir -p "$tmp"
+  start=$(date +%s)
+  echo "k8s-bins: building $keda_key (cold: about 15 CPU-minutes, ~6 GB of Go caches)" >&2
+  kv=github.com/kedacore/keda/v2/version
+  (
+    cd "$here/keda"
+    go build -trimpath -ldflags "-s -w -X $kv.Version=$keda_version -X $kv.GitCommit=v$keda_version" \
+      -o "$tmp/" github.com/kedacore/keda/v2/cmd/operator github.com/kedacore/keda/v2/cmd/adapter
+  )
+  mv "$tmp/operator" "$tmp/keda-operator"
+  mv "$tmp/adapter" "$tmp/keda-adapter"
+  mod=$(cd "$here/keda" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
+  mkdir -p "$tmp/crds"
+  cp "$mod"/config/crd/bases/*.yaml "$tmp/crds/"
+  chmod -R u+w "$tmp/crds"
+  mkdir -p "$keda_out"
+  rm -rf "$keda_out/crds"
+  mv "$tmp/keda-operator" "$tmp/keda-adapter" "$tmp/crds" "$keda_out/"
+  rm -rf "$tmp"
+  echo "k8s-bins: $keda_key built in $(( $(date +%s) - start ))s" >&2
+}
+
 build_k8s
 build_prometheus
+[ "$want_keda" = 1 ] && build_keda
 
 # One directory with every binary (symlinks into the keyed component directories).
 if ! have "$all_out" kube-apiserver kube-controller-manager kubectl etcd helm prometheus; then
   mkdir -p "$all_out"
   for b in kube-apiserver kube-controller-manager kubectl etcd helm; do ln -sfn "$k8s_out/$b" "$all_out/$b"; done
   ln -sfn "$prom_out/prometheus" "$all_out/prometheus"
+fi
+if [ "$want_keda" = 1 ] && ! have "$all_out" keda-operator keda-adapter; then
+  ln -sfn "$keda_out/keda-operator" "$all_out/keda-operator"
+  ln -sfn "$keda_out/keda-adapter" "$all_out/keda-adapter"
+  ln -sfn "$keda_out/crds" "$all_out/keda-crds"
 fi
 echo "k8s-bins: up to date ($k8s_key, $prom_key)" >&2
 echo "$all_out"
