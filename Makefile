@@ -9,7 +9,7 @@ export BP_CACHE ?= $(HOME)/.cache/backpressure-operator
 # The directory of the Go-built binaries, computed on first use and at most once per make run
 # (tools/k8s/build.sh is a no-op when the cache is warm). Its progress and errors go to the
 # terminal; a failure stops make with the script's status. `make unit` never evaluates it.
-K8S_BIN = $(eval K8S_BIN := $$(shell tools/k8s/build.sh | tail -n1))$(if $(filter 0,$(.SHELLSTATUS)),,$(error tools/k8s/build.sh failed (exit $(.SHELLSTATUS)): see its output above))$(if $(K8S_BIN),,$(error tools/k8s/build.sh printed no bin directory))$(K8S_BIN)
+K8S_BIN = $(eval K8S_BIN := $$(shell tools/k8s/build.sh keda | tail -n1))$(if $(filter 0,$(.SHELLSTATUS)),,$(error tools/k8s/build.sh failed (exit $(.SHELLSTATUS)): see its output above))$(if $(K8S_BIN),,$(error tools/k8s/build.sh printed no bin directory))$(K8S_BIN)
 APT_PACKAGES := prometheus redis-server lua5.1
 CHART := charts/backpressure-operator
 # The lab and the operator are built in one cargo invocation (the whole workspace for the e2e
@@ -39,7 +39,7 @@ deps: ## Install system packages (Prometheus, Redis) if missing
 	@command -v $(CARGO) >/dev/null || { echo "deps: Rust (cargo) is required"; exit 1; }
 
 .PHONY: k8s-bins
-k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm, Prometheus, kstatus (cached by version)
+k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm, Prometheus, KEDA, kstatus (cached by version)
 	@echo "k8s-bins: $(K8S_BIN)"
 	@tools/kstatus/build.sh >/dev/null
 

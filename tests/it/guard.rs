@@ -2,8 +2,8 @@
 //! real operator binary running as its own ServiceAccount under the chart's RBAC.
 //!
 //! The guarded autoscalers are real API objects: an autoscaling/v2 HorizontalPodAutoscaler
-//! (served by kube-apiserver itself) and a KEDA ScaledObject (its CRD installed from
-//! `tests/fixtures/keda-scaledobject-crd.yaml`). No HPA or KEDA controller runs: the tests check
+//! (served by kube-apiserver itself) and a KEDA ScaledObject (KEDA's real CRD, from the KEDA
+//! build). No HPA or KEDA controller runs here (`keda.rs` runs both): the tests check
 //! what the operator writes to them: scale-out and scale-in disabled while held and while a hold
 //! is pending, scale-out alone while the failure rate is above the set point (or with
 //! `hold.allowScaleIn`), the ceiling raised stage by stage during the ramp, and the original
@@ -22,7 +22,7 @@ use backpressure_operator::act::guard::{
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
-use crate::common::crds::install_fixture;
+use crate::common::crds::install_keda_scaledobject_crd;
 use crate::common::fleet::{FleetKnobs, failing, recovered};
 use crate::common::scene::{condition, merge, spec, wait_for_every};
 use crate::common::serial;
@@ -53,7 +53,7 @@ impl Guarded {
     async fn new(prefix: &str, kind: GuardKind) -> Guarded {
         let world = World::builder(prefix).replicas(4).pods(2).start().await;
         if kind == GuardKind::ScaledObject {
-            install_fixture(&world.scene.client, "keda-scaledobject-crd.yaml").await;
+            install_keda_scaledobject_crd(&world.scene.client).await;
         }
         Guarded { world, kind }
     }

@@ -18,6 +18,7 @@ mod faults;
 mod gitops;
 mod guard;
 mod hostile;
+mod keda;
 mod observability;
 mod operator;
 mod plugin;

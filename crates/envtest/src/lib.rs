@@ -26,10 +26,12 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use kube::config::AuthInfo;
 
+mod keda;
 mod pki;
 pub mod process;
 mod prometheus;
 
+pub use keda::{HpaControllerFlags, KEDA_NAMESPACE, KEDA_VERSION, Keda, keda_bin_dir};
 pub use pki::Pki;
 pub use process::Supervised;
 pub use prometheus::{Prometheus, ScrapeTarget, urlencode};
@@ -93,27 +95,37 @@ pub fn bin_dir() -> Result<PathBuf, Error> {
         if let Some(dir) = std::env::var_os("BP_K8S_BIN") {
             return Ok(PathBuf::from(dir));
         }
-        let script = repo_root().join("tools/k8s/build.sh");
-        let out = std::process::Command::new("bash")
-            .arg(&script)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!("{} failed ({})", script.display(), out.status));
-        }
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.lines()
-            .last()
-            .map(|l| PathBuf::from(l.trim()))
-            .ok_or_else(|| format!("{} printed no directory", script.display()))
+        run_build_script(&[])
     })
     .clone()
     .map_err(Error::Binaries)
 }
 
+/// Runs `tools/k8s/build.sh args...` and returns the directory it prints on its last line.
+pub(crate) fn run_build_script(args: &[&str]) -> Result<PathBuf, String> {
+    let script = repo_root().join("tools/k8s/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} failed ({})", script.display(), out.status));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .last()
+        .map(|l| PathBuf::from(l.trim()))
+        .ok_or_else(|| format!("{} printed no directory", script.display()))
+}
+
 fn binary(name: &str) -> Result<PathBuf, Error> {
-    let p = bin_dir()?.join(name);
+    binary_in(&bin_dir()?, name)
+}
+
+pub(crate) fn binary_in(dir: &Path, name: &str) -> Result<PathBuf, Error> {
+    let p = dir.join(name);
     if p.is_file() {
         Ok(p)
     } else {
@@ -123,6 +135,10 @@ fn binary(name: &str) -> Result<PathBuf, Error> {
         )))
     }
 }
+
+/// The controllers [`TestEnv::start_controller_manager`] runs: all but those that need nodes,
+/// clouds or volumes.
+pub(crate) const WORKLOAD_CONTROLLERS: &str = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ttl";
 
 /// A running etcd + kube-apiserver (and optionally kube-controller-manager).
 #[derive(Debug)]
@@ -135,6 +151,8 @@ pub struct TestEnv {
     apiserver: Mutex<Supervised>,
     controller_manager: Mutex<Option<Supervised>>,
     garbage_collector: Mutex<Option<Supervised>>,
+    hpa_controller: Mutex<Option<Supervised>>,
+    keda: Mutex<Option<Keda>>,
 }
 
 static SHARED: OnceLock<TestEnv> = OnceLock::new();
@@ -212,6 +230,8 @@ impl TestEnv {
             apiserver: Mutex::new(apiserver),
             controller_manager: Mutex::new(None),
             garbage_collector: Mutex::new(None),
+            hpa_controller: Mutex::new(None),
+            keda: Mutex::new(None),
         };
         env.wait_ready(Duration::from_secs(120))?;
         Ok(env)
@@ -363,7 +383,7 @@ impl TestEnv {
         self.start_kcm(
             &self.controller_manager,
             "kube-controller-manager",
-            "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ttl",
+            WORKLOAD_CONTROLLERS,
         )
     }
 
@@ -385,6 +405,16 @@ impl TestEnv {
         name: &str,
         controllers: &str,
     ) -> Result<(), Error> {
+        self.start_kcm_with(slot, name, controllers, &[])
+    }
+
+    fn start_kcm_with(
+        &self,
+        slot: &Mutex<Option<Supervised>>,
+        name: &str,
+        controllers: &str,
+        extra: &[String],
+    ) -> Result<(), Error> {
         let mut guard = slot
             .lock()
             .map_err(|_| Error::Config(format!("{name} lock poisoned")))?;
@@ -392,27 +422,29 @@ impl TestEnv {
             return Ok(());
         }
         let port = process::free_port()?;
+        let mut args = vec![
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            format!("--authentication-kubeconfig={}", self.kubeconfig.display()),
+            format!("--authorization-kubeconfig={}", self.kubeconfig.display()),
+            "--leader-elect=false".into(),
+            "--use-service-account-credentials=false".into(),
+            format!("--root-ca-file={}", self.pki.ca_file.display()),
+            format!(
+                "--service-account-private-key-file={}",
+                self.pki.sa_key_file.display()
+            ),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--controllers={controllers}"),
+            "--concurrent-deployment-syncs=5".into(),
+            "--concurrent-replicaset-syncs=5".into(),
+            "--v=1".into(),
+        ];
+        args.extend_from_slice(extra);
         let kcm = Supervised::spawn(
             name,
             &binary("kube-controller-manager")?,
-            &[
-                format!("--kubeconfig={}", self.kubeconfig.display()),
-                format!("--authentication-kubeconfig={}", self.kubeconfig.display()),
-                format!("--authorization-kubeconfig={}", self.kubeconfig.display()),
-                "--leader-elect=false".into(),
-                "--use-service-account-credentials=false".into(),
-                format!("--root-ca-file={}", self.pki.ca_file.display()),
-                format!(
-                    "--service-account-private-key-file={}",
-                    self.pki.sa_key_file.display()
-                ),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--controllers={controllers}"),
-                "--concurrent-deployment-syncs=5".into(),
-                "--concurrent-replicaset-syncs=5".into(),
-                "--v=1".into(),
-            ],
+            &args,
             &self.dir.join(format!("{name}.log")),
         )?;
         if !process::wait_for_port(port, Duration::from_secs(60)) {
@@ -501,7 +533,16 @@ impl TestEnv {
 
     /// Stops every process of this control plane now.
     pub fn stop(&self) {
-        for slot in [&self.controller_manager, &self.garbage_collector] {
+        if let Ok(mut g) = self.keda.lock()
+            && let Some(k) = g.as_mut()
+        {
+            k.stop();
+        }
+        for slot in [
+            &self.controller_manager,
+            &self.garbage_collector,
+            &self.hpa_controller,
+        ] {
             if let Ok(mut g) = slot.lock()
                 && let Some(k) = g.as_mut()
             {
@@ -564,6 +605,23 @@ fn apiserver_args(dir: &Path, pki: &Pki, port: u16, etcd_url: &str) -> Vec<Strin
         format!(
             "--service-account-signing-key-file={}",
             pki.sa_key_file.display()
+        ),
+        // The aggregation layer (KEDA's metrics adapter serves external.metrics.k8s.io).
+        format!(
+            "--requestheader-client-ca-file={}",
+            pki.front_proxy_ca_file.display()
+        ),
+        "--requestheader-allowed-names=front-proxy-client".into(),
+        "--requestheader-username-headers=X-Remote-User".into(),
+        "--requestheader-group-headers=X-Remote-Group".into(),
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+        format!(
+            "--proxy-client-cert-file={}",
+            pki.front_proxy_client_cert_file.display()
+        ),
+        format!(
+            "--proxy-client-key-file={}",
+            pki.front_proxy_client_key_file.display()
         ),
         "--allow-privileged=true".into(),
         "--disable-admission-plugins=ServiceAccount".into(),

@@ -1,6 +1,12 @@
 //! The certificates of a test control plane: a CA, the API server's serving certificate (IP SAN
 //! 127.0.0.1), an admin client certificate in `system:masters`, and the ServiceAccount signing
 //! key. Generated fresh for every control plane and never written outside its temp directory.
+//!
+//! For the aggregation layer (KEDA's metrics adapter behind `external.metrics.k8s.io`): a
+//! front-proxy CA and the `front-proxy-client` certificate kube-apiserver presents to aggregated
+//! servers, and KEDA's certificate directory (`ca.crt`, `tls.crt`, `tls.key`: one key pair
+//! serving the adapter and the operator's gRPC metrics service on 127.0.0.1 and their Service
+//! names, and used as the client of that gRPC service).
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +40,14 @@ pub struct Pki {
     pub admin_cert_file: PathBuf,
     /// `admin.key`.
     pub admin_key_file: PathBuf,
+    /// `front-proxy-ca.crt`: kube-apiserver's `--requestheader-client-ca-file`.
+    pub front_proxy_ca_file: PathBuf,
+    /// `front-proxy-client.crt` (CN `front-proxy-client`).
+    pub front_proxy_client_cert_file: PathBuf,
+    /// `front-proxy-client.key`.
+    pub front_proxy_client_key_file: PathBuf,
+    /// `keda-certs/`: `ca.crt` (this CA), `tls.crt`, `tls.key`.
+    pub keda_cert_dir: PathBuf,
 }
 
 fn pki_err(what: &str, e: rcgen::Error) -> Error {
@@ -101,6 +115,59 @@ impl Pki {
 
         let sa_key = KeyPair::generate().map_err(|e| pki_err("service account key", e))?;
 
+        // The aggregation layer: a separate CA for the front proxy, as kubeadm does.
+        let fp_ca_key = KeyPair::generate().map_err(|e| pki_err("front-proxy CA key", e))?;
+        let mut fp_ca_params = CertificateParams::new(Vec::<String>::new())
+            .map_err(|e| pki_err("front-proxy CA params", e))?;
+        fp_ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "backpressure-envtest-front-proxy-ca");
+        fp_ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        fp_ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let fp_ca_cert = fp_ca_params
+            .self_signed(&fp_ca_key)
+            .map_err(|e| pki_err("front-proxy CA cert", e))?;
+        let fp_issuer = Issuer::new(fp_ca_params, fp_ca_key);
+        let fp_key = KeyPair::generate().map_err(|e| pki_err("front-proxy client key", e))?;
+        let mut fp_params = CertificateParams::new(Vec::<String>::new())
+            .map_err(|e| pki_err("front-proxy client params", e))?;
+        fp_params
+            .distinguished_name
+            .push(DnType::CommonName, "front-proxy-client");
+        fp_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let fp_cert = fp_params
+            .signed_by(&fp_key, &fp_issuer)
+            .map_err(|e| pki_err("front-proxy client cert", e))?;
+
+        // KEDA: one pair for the adapter's serving port and both ends of the gRPC service.
+        let keda_key = KeyPair::generate().map_err(|e| pki_err("KEDA key", e))?;
+        let mut keda_params = CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "keda-metrics-apiserver.keda.svc".to_owned(),
+            "keda-operator.keda.svc".to_owned(),
+            "keda-operator.keda.svc.cluster.local".to_owned(),
+        ])
+        .map_err(|e| pki_err("KEDA params", e))?;
+        keda_params
+            .subject_alt_names
+            .push(SanType::IpAddress(std::net::IpAddr::V4(
+                std::net::Ipv4Addr::LOCALHOST,
+            )));
+        keda_params
+            .distinguished_name
+            .push(DnType::CommonName, "keda-operator");
+        keda_params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let keda_cert = keda_params
+            .signed_by(&keda_key, &issuer)
+            .map_err(|e| pki_err("KEDA cert", e))?;
+
         let write = |name: &str, content: &str| -> Result<PathBuf, Error> {
             let p = dir.join(name);
             std::fs::write(&p, content)
@@ -109,7 +176,17 @@ impl Pki {
         };
         let admin_cert_pem = admin_cert.pem();
         let admin_key_pem = admin_key.serialize_pem();
+        let keda_dir = dir.join("keda-certs");
+        std::fs::create_dir_all(&keda_dir)
+            .map_err(|e| Error::io(format!("create {}", keda_dir.display()), e))?;
+        write("keda-certs/ca.crt", &ca_pem)?;
+        write("keda-certs/tls.crt", &keda_cert.pem())?;
+        write("keda-certs/tls.key", &keda_key.serialize_pem())?;
         Ok(Self {
+            front_proxy_ca_file: write("front-proxy-ca.crt", &fp_ca_cert.pem())?,
+            front_proxy_client_cert_file: write("front-proxy-client.crt", &fp_cert.pem())?,
+            front_proxy_client_key_file: write("front-proxy-client.key", &fp_key.serialize_pem())?,
+            keda_cert_dir: keda_dir,
             ca_file: write("ca.crt", &ca_pem)?,
             server_cert_file: write("apiserver.crt", &server_cert.pem())?,
             server_key_file: write("apiserver.key", &server_key.serialize_pem())?,

@@ -41,6 +41,17 @@ pub struct Supervised {
 impl Supervised {
     /// Starts `program args...` with stdout and stderr appended to `log`.
     pub fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> Result<Self, Error> {
+        Self::spawn_with_env(name, program, args, &[], log)
+    }
+
+    /// [`Supervised::spawn`] with extra environment variables (set even when empty).
+    pub fn spawn_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<Self, Error> {
         let out = File::options()
             .create(true)
             .append(true)
@@ -56,6 +67,7 @@ impl Supervised {
             .arg(std::process::id().to_string())
             .arg(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use backpressure_api::v1alpha1::{WorkerBackpressure, WorkerBackpressureSpec};
-use backpressure_envtest::TestEnv;
+use backpressure_envtest::{HpaControllerFlags, TestEnv};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
@@ -48,9 +48,24 @@ pub fn repo_root() -> PathBuf {
 impl Cluster {
     /// Starts etcd, kube-apiserver and kube-controller-manager and installs the CRDs.
     pub async fn start() -> Result<Self, ClusterError> {
-        let env = tokio::task::spawn_blocking(|| -> Result<TestEnv, ClusterError> {
+        Self::start_with(None).await
+    }
+
+    /// [`Cluster::start`] with KEDA, and the HPA controller running with `hpa`.
+    pub async fn start_with_keda(hpa: &HpaControllerFlags) -> Result<Self, ClusterError> {
+        Self::start_with(Some(hpa.clone())).await
+    }
+
+    async fn start_with(hpa: Option<HpaControllerFlags>) -> Result<Self, ClusterError> {
+        let env = tokio::task::spawn_blocking(move || -> Result<TestEnv, ClusterError> {
             let env = TestEnv::start()?;
-            env.start_controller_manager()?;
+            match hpa {
+                Some(hpa) => {
+                    env.start_controller_manager_with_hpa(&hpa)?;
+                    env.start_keda()?;
+                }
+                None => env.start_controller_manager()?,
+            }
             Ok(env)
         })
         .await

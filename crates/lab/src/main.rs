@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use backpressure_lab::record::{self, HPA_LIKE, OPERATOR, Recording};
+use backpressure_lab::record::{self, KEDA_RUN, OPERATOR, Recording};
 use backpressure_lab::run::{self, Options, Report};
-use backpressure_lab::scenario::{self, Scenario};
+use backpressure_lab::scenario::{self, KedaTrigger, Scenario};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -27,9 +27,13 @@ enum Command {
         /// Output folder (default out/lab/<scenario>-<timestamp>/).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Run only the comparison (queue-age scaler), not the operator.
+        /// Run only the comparison (KEDA), not the operator.
         #[arg(long)]
         no_operator: bool,
+        /// The comparison's KEDA trigger instead of the scenario's: `QueueAge` (Prometheus,
+        /// metricType Value) or `LagCount` (redis-streams).
+        #[arg(long, value_parser = parse_trigger)]
+        keda_trigger: Option<KedaTrigger>,
     },
     /// Run every bundled scenario and check the end-to-end conditions; fails if one fails.
     E2e {
@@ -83,7 +87,7 @@ fn main() -> anyhow::Result<()> {
                 let checks = record::checks(&sc, &rec);
                 let dir = path.parent().unwrap_or(std::path::Path::new("."));
                 backpressure_lab::plot::write(&sc, &rec, &dir.join("plot"))?;
-                print!("{}", summary_table(&rec));
+                print!("{}", summary_table(&sc, &rec));
                 let mut ok = true;
                 for c in &checks {
                     ok &= c.passed;
@@ -108,8 +112,12 @@ fn main() -> anyhow::Result<()> {
                 scenario,
                 out,
                 no_operator,
+                keda_trigger,
             } => {
-                let sc = Scenario::load(&scenario)?;
+                let mut sc = Scenario::load(&scenario)?;
+                if let Some(t) = keda_trigger {
+                    sc.keda.trigger = t;
+                }
                 let out = out.unwrap_or_else(|| default_out(&sc.name));
                 let report = run_one(sc.clone(), out.clone(), !no_operator).await?;
                 finish(&sc, &report, &out)?;
@@ -140,6 +148,14 @@ fn main() -> anyhow::Result<()> {
             }
         }
     })
+}
+
+fn parse_trigger(s: &str) -> Result<KedaTrigger, String> {
+    match s {
+        "QueueAge" => Ok(KedaTrigger::QueueAge),
+        "LagCount" => Ok(KedaTrigger::LagCount),
+        other => Err(format!("{other:?}: expected QueueAge or LagCount")),
+    }
 }
 
 fn default_out(name: &str) -> PathBuf {
@@ -193,7 +209,7 @@ fn finish(sc: &Scenario, report: &Report, out: &std::path::Path) -> anyhow::Resu
     let plot = out.join("plot");
     let plotted = backpressure_lab::plot::write(sc, rec, &plot);
     println!();
-    print!("{}", summary_table(rec));
+    print!("{}", summary_table(sc, rec));
     println!();
     let mut all = true;
     for c in &report.checks {
@@ -235,10 +251,27 @@ fn finish(sc: &Scenario, report: &Report, out: &std::path::Path) -> anyhow::Resu
     Ok(all && !report.interrupted)
 }
 
-fn summary_table(rec: &Recording) -> String {
+/// The scenario's target queue age: the operator run's `scaling.targetQueueAge` (KEDA's
+/// threshold in the `QueueAge` comparison).
+fn target_age(sc: &Scenario) -> f64 {
+    sc.worker_backpressure
+        .scaling
+        .as_ref()
+        .and_then(|s| s.target_queue_age.as_ref())
+        .and_then(|d| d.get().ok())
+        .map_or(sc.keda.target_queue_age.secs(), |d| d.as_secs_f64())
+}
+
+fn summary_table(sc: &Scenario, rec: &Recording) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "{:<10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9}\n",
+        "comparison: {} (real KEDA {}, HPA controller of kube-controller-manager {})\n",
+        sc.keda.trigger.label(),
+        backpressure_envtest::KEDA_VERSION,
+        backpressure_envtest::KUBERNETES_VERSION
+    ));
+    s.push_str(&format!(
+        "{:<10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>8} {:>9}\n",
         "run",
         "produced",
         "acked",
@@ -247,9 +280,13 @@ fn summary_table(rec: &Recording) -> String {
         "max rep",
         "max age",
         "max bkf",
-        "dep fail%"
+        "dep fail%",
+        "drained",
+        "load/cap"
     ));
-    for label in [OPERATOR, HPA_LIKE] {
+    let target = target_age(sc);
+    let mut drains = Vec::new();
+    for label in [OPERATOR, KEDA_RUN] {
         let Some(r) = rec.run(label) else {
             s.push_str(&format!("{label:<10} (did not run)\n"));
             continue;
@@ -271,8 +308,10 @@ fn summary_table(rec: &Recording) -> String {
         } else {
             0.0
         };
+        let drain = record::drain_secs(sc, r, target);
+        drains.push((label, drain, last.dead_lettered));
         s.push_str(&format!(
-            "{:<10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>6.0}s {:>8.2} {:>8.1}%\n",
+            "{:<10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>6.0}s {:>8.2} {:>8.1}% {:>8} {:>9}\n",
             label,
             last.produced,
             last.completed,
@@ -281,10 +320,36 @@ fn summary_table(rec: &Recording) -> String {
             max_rep,
             max_age,
             max_bkf,
-            fail
+            fail,
+            drain.map_or_else(|| "never".to_owned(), |d| format!("{d:.0}s")),
+            record::recovery_load(sc, r).map_or_else(|| "-".to_owned(), |l| format!("{l:.2}x")),
         ));
     }
-    let with_producers: Vec<&record::RunRecord> = [OPERATOR, HPA_LIKE]
+    if let [(_, op_drain, op_dlq), (_, keda_drain, keda_dlq)] = drains[..] {
+        let drain = match (op_drain, keda_drain) {
+            (Some(o), Some(k)) if k > 0.0 => {
+                let slower = 100.0 * (o - k) / k;
+                format!(
+                    "drain {o:.0}s vs {k:.0}s ({slower:+.0}%: {})",
+                    if slower <= 10.0 { "met" } else { "NOT met" }
+                )
+            }
+            (Some(o), Some(k)) => format!("drain {o:.0}s vs {k:.0}s"),
+            (o, k) => format!("drain {o:?} vs {k:?} (not comparable)"),
+        };
+        s.push_str(&format!(
+            "goal (operator vs KEDA): dead letters {op_dlq} vs {keda_dlq} ({}), {drain}; drained = \
+             seconds after the outage until the queue age is back at {target:.0}s\n",
+            if op_dlq == 0 && keda_dlq > 0 {
+                "met"
+            } else if op_dlq <= keda_dlq {
+                "no worse"
+            } else {
+                "NOT met"
+            }
+        ));
+    }
+    let with_producers: Vec<&record::RunRecord> = [OPERATOR, KEDA_RUN]
         .iter()
         .filter_map(|l| rec.run(l))
         .filter(|r| r.last().is_some_and(|x| x.producers.is_some()))

@@ -1,5 +1,5 @@
 //! The plot of a recording (PNG and SVG): queue age, replicas, fleet backoff, dependency load
-//! vs capacity, and dead letters over time, operator run vs the queue-age scaler; with producer
+//! vs capacity, and dead letters over time, operator run vs KEDA; with producer
 //! pods also the broker's memory against its limit and the messages waiting at the producers.
 
 use std::path::Path;
@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::record::{HPA_LIKE, OPERATOR, Recording, RunRecord, Sample};
+use crate::record::{KEDA_RUN, OPERATOR, Recording, RunRecord, Sample};
 use crate::scenario::Scenario;
 
 const OP_COLOR: RGBColor = RGBColor(31, 119, 180);
@@ -143,10 +143,7 @@ where
     let body = if text {
         let (head, body) = root.split_vertically(60);
         head.draw(&Text::new(
-            format!(
-                "{}: operator (blue) vs queue-age scaler (red)",
-                scenario.name
-            ),
+            format!("{}: operator (blue) vs KEDA (red)", scenario.name),
             (20, 18),
             ("sans-serif", 24).into_font(),
         ))
@@ -166,7 +163,7 @@ where
         .collect();
     let limit = scenario.queue.max_memory.map(|b| mib(b.0));
     let areas = body.split_evenly((panels.len(), 1));
-    let runs: Vec<(&RunRecord, RGBColor)> = [(OPERATOR, OP_COLOR), (HPA_LIKE, CMP_COLOR)]
+    let runs: Vec<(&RunRecord, RGBColor)> = [(OPERATOR, OP_COLOR), (KEDA_RUN, CMP_COLOR)]
         .iter()
         .filter_map(|(l, c)| rec.run(l).map(|r| (r, *c)))
         .collect();
@@ -251,7 +248,7 @@ where
             let name = if r.label == OPERATOR {
                 "operator"
             } else {
-                "queue-age scaler"
+                "KEDA"
             };
             chart
                 .draw_series(LineSeries::new(
@@ -383,7 +380,7 @@ mod tests {
         let rec = Recording {
             scenario: sc.name.clone(),
             wall_secs: 1.0,
-            runs: vec![run(OPERATOR, false), run(HPA_LIKE, true)],
+            runs: vec![run(OPERATOR, false), run(KEDA_RUN, true)],
         };
         let dir = std::env::temp_dir().join(format!("bp-lab-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -421,7 +418,7 @@ mod tests {
         let rec = Recording {
             scenario: sc.name.clone(),
             wall_secs: 1.0,
-            runs: vec![run(OPERATOR, false), run(HPA_LIKE, true)],
+            runs: vec![run(OPERATOR, false), run(KEDA_RUN, true)],
         };
         assert!(has_producer_panels(&rec));
         assert!(!has_producer_panels(&Recording::default()));

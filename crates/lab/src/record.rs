@@ -84,7 +84,7 @@ pub struct ConfigSync {
 /// One run (operator or comparison).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct RunRecord {
-    /// `operator` or `hpa-like`.
+    /// `operator` or `keda`.
     pub label: String,
     /// Its namespace.
     pub namespace: String,
@@ -173,6 +173,27 @@ impl RunRecord {
     }
 }
 
+/// When the backlog of the highlighted phase (the outage) was drained: seconds from the end of
+/// the first highlighted phase to the first sample at or after it whose first-attempt queue age
+/// is at most `target_age` (the scenario's target, the level both autoscalers aim at). `None`
+/// without a highlighted phase or when the run never got there.
+pub fn drain_secs(scenario: &Scenario, r: &RunRecord, target_age: f64) -> Option<f64> {
+    let end = scenario.phases.iter().find(|p| p.highlight)?.to.secs();
+    r.samples
+        .iter()
+        .find(|s| s.t >= end && s.queue_age <= target_age)
+        .map(|s| s.t - end)
+}
+
+/// Dependency requests / capacity while backlogged, from the end of the first highlighted phase
+/// to the end of the run (the recovery): above 1 the fleet pushed the recovering dependency
+/// past what it serves.
+pub fn recovery_load(scenario: &Scenario, r: &RunRecord) -> Option<f64> {
+    let end = scenario.phases.iter().find(|p| p.highlight)?.to.secs();
+    let (ratio, secs) = r.load_ratio_while_backlogged(end, f64::INFINITY);
+    (secs > 0.0).then_some(ratio)
+}
+
 /// The recording of a scenario: the operator run (if it ran) and the comparison run.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Recording {
@@ -194,7 +215,7 @@ impl Recording {
 /// Label of the operator run.
 pub const OPERATOR: &str = "operator";
 /// Label of the comparison run.
-pub const HPA_LIKE: &str = "hpa-like";
+pub const KEDA_RUN: &str = "keda";
 
 /// The result of one check.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -212,7 +233,7 @@ pub struct Check {
 pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
     let mut out = Vec::new();
     let op = rec.run(OPERATOR);
-    let cmp = rec.run(HPA_LIKE);
+    let cmp = rec.run(KEDA_RUN);
     for r in &rec.runs {
         if let Some(s) = r.last() {
             let conserved = s.produced == s.completed + s.dead_lettered + s.in_stream;
@@ -243,10 +264,7 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
         .and_then(|p| scenario.phase(p))
     {
         let (from, to) = (phase.from.secs(), phase.to.secs());
-        let name = format!(
-            "{}: operator holds while the queue-age scaler grows",
-            phase.name
-        );
+        let name = format!("{}: operator holds while KEDA grows", phase.name);
         match (op, cmp) {
             (Some(op), Some(cmp)) => {
                 let (o0, omax) = (op.replicas_at(from), op.max_replicas(from, to));
@@ -257,7 +275,7 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
                     name,
                     passed: held && grew,
                     detail: format!(
-                        "operator {} -> max {}, queue-age scaler {} -> max {}",
+                        "operator {} -> max {}, KEDA {} -> max {}",
                         fmt_opt(o0),
                         fmt_opt(omax),
                         fmt_opt(c0),
@@ -275,21 +293,14 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
         .and_then(|p| scenario.phase(p))
     {
         let (from, to) = (phase.from.secs(), phase.to.secs());
-        let name = format!(
-            "{}: operator keeps fewer replicas than the queue-age scaler",
-            phase.name
-        );
+        let name = format!("{}: operator keeps fewer replicas than KEDA", phase.name);
         match (op, cmp) {
             (Some(op), Some(cmp)) => {
                 let (o, c) = (op.max_replicas(from, to), cmp.max_replicas(from, to));
                 out.push(Check {
                     name,
                     passed: matches!((o, c), (Some(o), Some(c)) if o < c),
-                    detail: format!(
-                        "max replicas: operator {}, queue-age scaler {}",
-                        fmt_opt(o),
-                        fmt_opt(c)
-                    ),
+                    detail: format!("max replicas: operator {}, KEDA {}", fmt_opt(o), fmt_opt(c)),
                 });
             }
             _ => need(&name, &mut out),
@@ -334,7 +345,7 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
             Some(op) => out.push(broker_within_limit(op, limit.0, name)),
             None => need(name, &mut out),
         }
-        let name = "queue-age scaler (no producer control): the broker hits its memory limit";
+        let name = "KEDA (no producer control): the broker hits its memory limit";
         match cmp {
             Some(cmp) => out.push(broker_hits_limit(cmp, limit.0, name)),
             None => out.push(Check {
@@ -352,15 +363,12 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
         }
     }
     if scenario.expect.fewer_dead_letters {
-        let name = "operator dead-letters fewer messages than the queue-age scaler".to_owned();
+        let name = "operator dead-letters fewer messages than KEDA".to_owned();
         match (op.and_then(RunRecord::last), cmp.and_then(RunRecord::last)) {
             (Some(o), Some(c)) => out.push(Check {
                 name,
                 passed: o.dead_lettered < c.dead_lettered,
-                detail: format!(
-                    "operator {} vs queue-age scaler {}",
-                    o.dead_lettered, c.dead_lettered
-                ),
+                detail: format!("operator {} vs KEDA {}", o.dead_lettered, c.dead_lettered),
             }),
             _ => need(&name, &mut out),
         }
@@ -384,7 +392,7 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
                     name,
                     passed: gp.is_some_and(|x| x.ratio >= g.min),
                     detail: format!(
-                        "operator {} (queue-age scaler {}); held {:.0} s of {:.0} s; max replicas operator {}, queue-age scaler {}; fleet failure floor mean {}",
+                        "operator {} (KEDA {}); held {:.0} s of {:.0} s; max replicas operator {}, KEDA {}; fleet failure floor mean {}",
                         gp.map(|g| g.to_string()).unwrap_or_else(|| "?".into()),
                         cmp_gp.map(|g| g.to_string()).unwrap_or_else(|| "?".into()),
                         op.held_secs(from, to),
@@ -878,7 +886,7 @@ mod tests {
             wall_secs: 0.0,
             runs: vec![
                 run(OPERATOR, &[2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 4]),
-                run(HPA_LIKE, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
+                run(KEDA_RUN, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
             ],
         };
         let c = checks(&s, &good);
@@ -887,7 +895,7 @@ mod tests {
         let bad = Recording {
             runs: vec![
                 run(OPERATOR, &[2, 2, 2, 2, 3, 2, 2, 2, 2, 3, 4]),
-                run(HPA_LIKE, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
+                run(KEDA_RUN, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
             ],
             ..good.clone()
         };
@@ -927,7 +935,7 @@ mod tests {
         let rec = |op: &[i32]| Recording {
             runs: vec![
                 run(OPERATOR, op),
-                run(HPA_LIKE, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
+                run(KEDA_RUN, &[2, 2, 2, 2, 4, 8, 10, 10, 10, 10, 10]),
             ],
             ..Recording::default()
         };
@@ -944,7 +952,7 @@ mod tests {
     #[test]
     fn conservation_and_missing_operator() {
         let s = outage();
-        let mut r = run(HPA_LIKE, &[2, 2]);
+        let mut r = run(KEDA_RUN, &[2, 2]);
         r.samples[1].completed = 6; // one message unaccounted for
         let rec = Recording {
             runs: vec![r],
@@ -1089,12 +1097,12 @@ mod tests {
         };
         let good = rec(
             producer_run(OPERATOR, &calm, &waiting, 0),
-            producer_run(HPA_LIKE, &filled, &[0; 19], 42),
+            producer_run(KEDA_RUN, &filled, &[0; 19], 42),
         );
         let c = checks(&s, &good);
         for name in [
             "operator: no message lost from the producers",
-            "hpa-like: no message lost from the producers",
+            "keda: no message lost from the producers",
             "stays under its memory limit",
             "hits its memory limit",
             "held at the producers are sent",
@@ -1112,18 +1120,18 @@ mod tests {
         // The operator's broker at its limit, or a refused write: fails.
         let over = rec(
             producer_run(OPERATOR, &filled, &waiting, 0),
-            producer_run(HPA_LIKE, &filled, &[0; 19], 42),
+            producer_run(KEDA_RUN, &filled, &[0; 19], 42),
         );
         assert!(!find(&checks(&s, &over), "stays under").passed);
         let refused = rec(
             producer_run(OPERATOR, &calm, &waiting, 3),
-            producer_run(HPA_LIKE, &filled, &[0; 19], 42),
+            producer_run(KEDA_RUN, &filled, &[0; 19], 42),
         );
         assert!(!find(&checks(&s, &refused), "stays under").passed);
         // The comparison never refused: the scenario shows nothing.
         let easy = rec(
             producer_run(OPERATOR, &calm, &waiting, 0),
-            producer_run(HPA_LIKE, &calm, &[0; 19], 0),
+            producer_run(KEDA_RUN, &calm, &[0; 19], 0),
         );
         assert!(!find(&checks(&s, &easy), "hits its memory limit").passed);
         // A backlog still at the producers at the end.
@@ -1131,7 +1139,7 @@ mod tests {
         stuck_waiting[18] = 300;
         let stuck = rec(
             producer_run(OPERATOR, &calm, &stuck_waiting, 0),
-            producer_run(HPA_LIKE, &filled, &[0; 19], 42),
+            producer_run(KEDA_RUN, &filled, &[0; 19], 42),
         );
         assert!(!find(&checks(&s, &stuck), "held at the producers").passed);
         // A message missing: demand not accounted for.
@@ -1139,7 +1147,7 @@ mod tests {
         if let Some(p) = lost.samples.last_mut().and_then(|x| x.producers.as_mut()) {
             p.demand += 1;
         }
-        let lost = rec(lost, producer_run(HPA_LIKE, &filled, &[0; 19], 42));
+        let lost = rec(lost, producer_run(KEDA_RUN, &filled, &[0; 19], 42));
         assert!(
             !find(
                 &checks(&s, &lost),
@@ -1148,7 +1156,7 @@ mod tests {
             .passed
         );
         // Written by the producers but not added by the broker.
-        let mut phantom = producer_run(HPA_LIKE, &filled, &[0; 19], 42);
+        let mut phantom = producer_run(KEDA_RUN, &filled, &[0; 19], 42);
         if let Some(p) = phantom
             .samples
             .last_mut()
@@ -1161,7 +1169,7 @@ mod tests {
         assert!(
             !find(
                 &checks(&s, &phantom),
-                "hpa-like: no message lost from the producers"
+                "keda: no message lost from the producers"
             )
             .passed
         );
@@ -1173,7 +1181,7 @@ mod tests {
                 total: 2,
             });
         }
-        let unsynced = rec(unsynced, producer_run(HPA_LIKE, &filled, &[0; 19], 42));
+        let unsynced = rec(unsynced, producer_run(KEDA_RUN, &filled, &[0; 19], 42));
         assert!(!find(&checks(&s, &unsynced), "producer state reaches").passed);
         // The CSV gets the producer columns.
         let csv = to_csv(&good.runs[0]);

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use backpressure_api::duration::{format_duration, parse_duration};
 use backpressure_api::v1alpha1::{Algorithm, ProducerMode, TargetRef, WorkerBackpressureSpec};
-use backpressure_sim::autoscaler::HpaBehavior;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why a scenario could not be loaded.
@@ -272,68 +271,70 @@ fn zero_schedule() -> Schedule {
     Schedule::constant(0.0)
 }
 
-/// The comparison autoscaler: an HPA (or KEDA) scaling on queue age alone.
+/// The comparison autoscaler: real KEDA (its operator and metrics adapter) and the real HPA
+/// controller in kube-controller-manager, scaling the comparison run's workload on its queue
+/// alone.
 ///
-/// The maths is the simulator's HPA model ([`backpressure_sim::autoscaler::Hpa`]): `desired =
-/// ceil(readyPods × age / target)` outside the tolerance, the HPA's stabilization windows and
-/// scale-up policies measured from the replicas at the start of the period, clamped to the
-/// operator run's `[minReplicas, maxReplicas]`. This spec sets the parameters; the rest is the
-/// HPA's default `behavior` ([`HpaLikeSpec::behavior`]).
+/// KEDA creates an HPA without `behavior` (the ScaledObject sets none), so the HPA runs its
+/// older code path: per sync at most `max(2 × current, 4)` replicas, scale-down held by the
+/// controller's downscale stabilization window. The scenario's time scale reaches the HPA
+/// through the controller's flags ([`KedaSpec::sync_period`],
+/// [`KedaSpec::downscale_stabilization`]).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HpaLikeSpec {
-    /// Target queue age (the metric's target value).
+pub struct KedaSpec {
+    /// The ScaledObject's trigger.
+    #[serde(default)]
+    pub trigger: KedaTrigger,
+    /// `QueueAge`: the Prometheus trigger's threshold (`metricType: Value`) on the first-attempt
+    /// queue age.
     pub target_queue_age: Dur,
-    /// How often it evaluates (the HPA's 15 s sync period, scaled).
+    /// `LagCount`: the redis-streams trigger's `lagCount` (messages not yet delivered to the
+    /// consumer group per replica, `AverageValue`).
+    #[serde(default = "default_lag_count")]
+    pub lag_count: u32,
+    /// `--horizontal-pod-autoscaler-sync-period` (15 s upstream, scaled).
     pub sync_period: Dur,
-    /// Relative tolerance around the target in which nothing changes (HPA: 0.1).
+    /// `--horizontal-pod-autoscaler-downscale-stabilization` (300 s upstream, scaled).
+    pub downscale_stabilization: Dur,
+    /// `--horizontal-pod-autoscaler-tolerance` (0.1 upstream).
     #[serde(default = "default_tolerance")]
     pub tolerance: f64,
-    /// Scale-up policy period (HPA default 15 s, scaled); per period at most
-    /// max(`scaleUpPercent`%, `scaleUpPods`) pods are added to the replicas at its start. Also
-    /// the scale-down policy period (the HPA's default is 15 s for both).
-    pub scale_up_period: Dur,
-    /// Pods per scale-up period (HPA default 4).
-    #[serde(default = "default_scale_up_pods")]
-    pub scale_up_pods: u32,
-    /// Percent per scale-up period (HPA default 100).
-    #[serde(default = "default_scale_up_percent")]
-    pub scale_up_percent: u32,
-    /// Scale-down stabilization window (HPA default 300 s, scaled).
-    pub scale_down_stabilization: Dur,
     /// The algorithm of the comparison run's workers; absent: the operator run's workers'
-    /// configuration (`workerBackpressure.worker`). `Off` makes it the simulator's "greedy +
-    /// KEDA-like" fleet: every pod at `maxPermits` whatever the dependency answers.
+    /// configuration (`workerBackpressure.worker`). `Off` makes it the simulator's greedy
+    /// fleet: every pod at `maxPermits` whatever the dependency answers.
     #[serde(default)]
     pub workers: Option<Algorithm>,
 }
 
-impl HpaLikeSpec {
-    /// The HPA `behavior` this spec describes: the scale-up window 0 and the scale-down policy
-    /// of 100 % per period are the HPA's defaults (no scale-down rate limit beyond the
-    /// stabilization window).
-    pub fn behavior(&self) -> HpaBehavior {
-        HpaBehavior {
-            tolerance: self.tolerance,
-            up_window: 0.0,
-            down_window: self.scale_down_stabilization.secs(),
-            up_pods: self.scale_up_pods,
-            up_percent: f64::from(self.scale_up_percent),
-            up_period: self.scale_up_period.secs(),
-            down_percent: 100.0,
-            down_period: self.scale_up_period.secs(),
+/// What the comparison run's ScaledObject scales on.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub enum KedaTrigger {
+    /// A Prometheus trigger on the first-attempt queue age with `metricType: Value` (what the
+    /// operator's own sizing reads).
+    #[default]
+    QueueAge,
+    /// The redis-streams trigger with `lagCount` (XINFO GROUPS lag, Redis ≥ 7): what a KEDA
+    /// user on Redis Streams writes first.
+    LagCount,
+}
+
+impl KedaTrigger {
+    /// The name in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            KedaTrigger::QueueAge => "KEDA queue age (Value)",
+            KedaTrigger::LagCount => "KEDA lagCount",
         }
     }
 }
 
+fn default_lag_count() -> u32 {
+    20
+}
+
 fn default_tolerance() -> f64 {
     0.1
-}
-fn default_scale_up_pods() -> u32 {
-    4
-}
-fn default_scale_up_percent() -> u32 {
-    100
 }
 
 /// A named window of the run (for the checks and the plot).
@@ -435,8 +436,8 @@ pub struct Scenario {
     pub producer: ProducerSpec,
     /// The dependency.
     pub dependency: DependencySpec,
-    /// The comparison autoscaler.
-    pub hpa_like: HpaLikeSpec,
+    /// The comparison autoscaler: real KEDA.
+    pub keda: KedaSpec,
     /// The WorkerBackpressure object of the operator run (`targetRef` is the workload).
     pub worker_backpressure: WorkerBackpressureSpec,
     /// What the end-to-end run checks.
@@ -518,14 +519,14 @@ impl Scenario {
         if self.duration.0.is_zero() {
             return Err("duration must be positive".into());
         }
-        if self.hpa_like.sync_period.0.is_zero() || self.hpa_like.target_queue_age.0.is_zero() {
-            return Err("hpaLike.syncPeriod and hpaLike.targetQueueAge must be positive".into());
+        if self.keda.sync_period.0.is_zero() || self.keda.target_queue_age.0.is_zero() {
+            return Err("keda.syncPeriod and keda.targetQueueAge must be positive".into());
         }
-        if self.hpa_like.scale_up_period.0.is_zero() {
-            return Err("hpaLike.scaleUpPeriod must be positive".into());
+        if self.keda.lag_count == 0 {
+            return Err("keda.lagCount must be at least 1".into());
         }
-        if !(self.hpa_like.tolerance.is_finite() && self.hpa_like.tolerance >= 0.0) {
-            return Err("hpaLike.tolerance must be a number of at least 0".into());
+        if !(self.keda.tolerance.is_finite() && self.keda.tolerance >= 0.0) {
+            return Err("keda.tolerance must be a number of at least 0".into());
         }
         if let Some(pods) = &self.producer.pods {
             if pods.replicas == 0 {
@@ -669,34 +670,20 @@ mod tests {
     }
 
     #[test]
-    fn hpa_like_maps_to_the_hpa_behavior() {
+    fn keda_section_is_checked_naming_the_field() {
         let sc = Scenario::load("outage-and-recovery").unwrap();
-        let b = sc.hpa_like.behavior();
-        // The file's scaled periods and the HPA's defaults for what it does not set.
-        assert_eq!(
-            b,
-            HpaBehavior {
-                tolerance: 0.1,
-                up_window: 0.0,
-                down_window: 60.0,
-                up_pods: 4,
-                up_percent: 100.0,
-                up_period: 3.0,
-                down_percent: 100.0,
-                down_period: 3.0,
-            }
-        );
+        assert_eq!(sc.keda.trigger, KedaTrigger::QueueAge);
+        assert_eq!(sc.keda.sync_period.0, Duration::from_secs(3));
         let bad = |from: &str, to: &str| {
             let text = std::fs::read_to_string(scenarios_dir().join("outage-and-recovery.yaml"))
                 .unwrap()
                 .replace(from, to);
             Scenario::parse(&text).unwrap_err()
         };
-        assert!(bad("scaleUpPeriod: 3s", "scaleUpPeriod: 0s").contains("scaleUpPeriod"));
-        assert!(
-            bad("scaleUpPeriod: 3s", "scaleUpPeriod: 3s\n  tolerance: -0.1").contains("tolerance")
-        );
-        assert!(!bad("scaleUpPeriod: 3s", "scaleUpPeriod: 3s\n  scaleUpPods: -1").is_empty());
+        assert!(bad("syncPeriod: 3s", "syncPeriod: 0s").contains("syncPeriod"));
+        assert!(bad("syncPeriod: 3s", "syncPeriod: 3s\n  tolerance: -0.1").contains("tolerance"));
+        assert!(bad("syncPeriod: 3s", "syncPeriod: 3s\n  lagCount: 0").contains("lagCount"));
+        assert!(!bad("syncPeriod: 3s", "syncPeriod: 3s\n  trigger: Cpu").is_empty());
     }
 
     #[test]

@@ -21,12 +21,10 @@ pub async fn install_crds(client: &kube::Client) {
     install(client, &files).await;
 }
 
-/// Applies the CRD in `tests/fixtures/<file>`.
-pub async fn install_fixture(client: &kube::Client, file: &str) {
-    let path = backpressure_envtest::repo_root()
-        .join("tests/fixtures")
-        .join(file);
-    install(client, &[path]).await;
+/// Applies KEDA's real ScaledObject CRD (from the KEDA build `tools/k8s/build.sh keda` caches).
+pub async fn install_keda_scaledobject_crd(client: &kube::Client) {
+    let dir = backpressure_envtest::keda_bin_dir().unwrap();
+    install(client, &[dir.join("keda-crds/keda.sh_scaledobjects.yaml")]).await;
 }
 
 /// Server-side applies each CRD file and waits until each is Established.

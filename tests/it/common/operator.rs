@@ -1,5 +1,6 @@
 //! Runs the real operator binary as its own ServiceAccount, with the chart's RBAC.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -19,12 +20,19 @@ pub fn operator_user() -> String {
     format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}")
 }
 
-static RBAC: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+/// The operator's kubeconfig per control plane (by API server URL).
+static RBAC: tokio::sync::Mutex<BTreeMap<String, PathBuf>> =
+    tokio::sync::Mutex::const_new(BTreeMap::new());
 
 /// Renders the chart's ServiceAccount and RBAC with helm, applies them, and returns a kubeconfig
-/// that authenticates as the operator's ServiceAccount with a real token. Once per test binary.
+/// that authenticates as the operator's ServiceAccount with a real token. Once per control
+/// plane (the shared one, and the one with KEDA).
 pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
-    RBAC.get_or_init(|| async move {
+    let mut done = RBAC.lock().await;
+    if let Some(path) = done.get(env.server_url()) {
+        return path.clone();
+    }
+    let path = {
         let client = env.client().unwrap();
         let ns_api: Api<Namespace> = Api::all(client.clone());
         let ns: Namespace =
@@ -60,9 +68,9 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
             .unwrap();
         env.write_token_kubeconfig("operator", &token.status.unwrap().token)
             .unwrap()
-    })
-    .await
-    .clone()
+    };
+    done.insert(env.server_url().to_owned(), path.clone());
+    path
 }
 
 /// Server-side applies `objects` rendered by [`render_chart`] (namespaced ones in

@@ -28,7 +28,11 @@ pub struct Scene {
 impl Scene {
     /// Installs the CRDs (idempotent) and creates a namespace `<prefix>-<unique>`.
     pub async fn new(prefix: &str) -> Scene {
-        let env = TestEnv::shared();
+        Scene::new_in(TestEnv::shared(), prefix).await
+    }
+
+    /// [`Scene::new`] on the control plane `env` (e.g. the one running KEDA).
+    pub async fn new_in(env: &'static TestEnv, prefix: &str) -> Scene {
         let client = env.client().unwrap();
         super::crds::install_crds(&client).await;
         let ns = env.namespace(prefix).await.unwrap();

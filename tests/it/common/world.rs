@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use backpressure_api::WorkerBackpressure;
 use backpressure_api::v1alpha1::{Regime, WorkerBackpressureStatus};
-use backpressure_envtest::Prometheus;
+use backpressure_envtest::{Prometheus, TestEnv};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams};
@@ -32,6 +32,7 @@ pub struct WorldBuilder {
     replicas: i32,
     pods: usize,
     applied_by: Option<String>,
+    env: Option<&'static TestEnv>,
 }
 
 impl WorldBuilder {
@@ -55,10 +56,19 @@ impl WorldBuilder {
         self
     }
 
+    /// Builds the world on control plane `env` instead of the shared one.
+    pub fn env(mut self, env: &'static TestEnv) -> Self {
+        self.env = Some(env);
+        self
+    }
+
     /// Creates the namespace (installing the CRDs if needed), the Deployment and the pods, and
     /// starts the fleet and its Prometheus.
     pub async fn start(self) -> World {
-        let scene = Scene::new(&self.prefix).await;
+        let scene = match self.env {
+            Some(env) => Scene::new_in(env, &self.prefix).await,
+            None => Scene::new(&self.prefix).await,
+        };
         match &self.applied_by {
             Some(manager) => apply_deployment(&scene, manager).await.unwrap(),
             None => scene.deployment(W, self.replicas).await,
@@ -98,6 +108,7 @@ impl World {
             replicas: 1,
             pods: 0,
             applied_by: None,
+            env: None,
         }
     }
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::common::crds::install_fixture;
+use crate::common::crds::install_keda_scaledobject_crd;
 use crate::common::fleet::backlog;
 use crate::common::operator::{OPERATOR_NAMESPACE, operator_user, render_chart_with};
 use crate::common::scene::{merge, spec};
@@ -87,7 +87,7 @@ async fn every_verb_the_operator_is_granted_is_one_it_uses() {
     let _serial = serial().await;
     let mut w = World::builder("rbac").replicas(2).pods(2).start().await;
     let (client, ns) = (w.scene.client.clone(), w.scene.ns.clone());
-    install_fixture(&client, "keda-scaledobject-crd.yaml").await;
+    install_keda_scaledobject_crd(&client).await;
     w.fleet.set(backlog);
     let prom = w.prom.url();
 

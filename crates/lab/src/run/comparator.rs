@@ -1,66 +1,147 @@
-//! The comparison run's autoscaler: the simulator's HPA model driving `/scale`.
-
-use std::time::Duration;
+//! The comparison run's autoscaler: real KEDA. The lab creates one ScaledObject for the
+//! comparison workload; KEDA creates the HPA, its metrics adapter serves the trigger's value
+//! through the aggregation layer, and the HPA controller in kube-controller-manager writes
+//! `/scale`. Nothing in the lab computes the comparison's replicas.
 
 use backpressure_api::wire::metrics as m;
-use backpressure_sim::autoscaler::{Autoscaler as _, Hpa, Observation};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, Patch, PatchParams};
-use tokio::time::Instant;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{Value, json};
 
-use super::HPA_RUN_NS;
-use crate::prom;
+use super::KEDA_RUN_NS;
+use crate::queue::GROUP;
+use crate::scenario::{KedaTrigger, Scenario};
 
-/// The comparison scaler: every `period`, the simulator's HPA model on the queue age from
-/// Prometheus, the Deployment's `spec.replicas` and its ready pods (`status.readyReplicas`, the
-/// count the HPA's replica calculator multiplies), with the lab's time in seconds; writes
-/// `/scale` when the replicas change.
-pub(super) async fn hpa_loop(
-    client: kube::Client,
-    http: reqwest::Client,
-    prom_url: String,
-    workload: String,
-    mut scaler: Hpa,
-    t0: Instant,
-    period: Duration,
-) {
-    let api: Api<Deployment> = Api::namespaced(client, HPA_RUN_NS);
-    let expr = format!(
-        "max({}{{{}=\"{HPA_RUN_NS}\",{}=\"{workload}\"}})",
-        m::QUEUE_AGE,
-        m::LABEL_NAMESPACE,
-        m::LABEL_WORKLOAD
-    );
-    let count = |n: Option<i32>| n.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
-    let mut tick = tokio::time::interval(period);
-    loop {
-        tick.tick().await;
-        let age = prom::query(&http, &prom_url, &expr)
-            .await
-            .ok()
-            .and_then(|v| v.first().map(|(_, v)| *v));
-        let Ok(deployment) = api.get(&workload).await else {
-            continue;
-        };
-        let now = t0.elapsed().as_secs_f64();
-        let obs = Observation {
-            now,
-            replicas: count(deployment.spec.and_then(|s| s.replicas)),
-            ready_pods: count(deployment.status.and_then(|s| s.ready_replicas)),
-            queue_age: age,
-            sampled_at: now,
-            ..Observation::default()
-        };
-        let decision = scaler.decide(&obs);
-        tracing::debug!(t = now, desired = decision.desired, reason = %decision.reason, "queue-age scaler");
-        if decision.desired != obs.replicas {
-            let patch = serde_json::json!({"spec": {"replicas": decision.desired}});
-            if let Err(e) = api
-                .patch_scale(&workload, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                tracing::warn!(error = %e, "queue-age scaler: scale failed");
-            }
+/// The ScaledObject's name (KEDA names its HPA `keda-hpa-<name>`).
+pub(super) const SCALED_OBJECT: &str = "comparison";
+
+/// Where the comparison's trigger reads from.
+pub(super) struct Sources<'a> {
+    /// Prometheus (`QueueAge`).
+    pub prometheus: &'a str,
+    /// The comparison run's Redis (`redis://127.0.0.1:<port>`, `LagCount`).
+    pub redis_url: &'a str,
+    /// The comparison run's stream key (`LagCount`).
+    pub stream: &'a str,
+}
+
+/// The ScaledObject of the comparison run, as a KEDA user would write it: the trigger of
+/// `sc.keda`, the operator run's replica bounds, no `advanced` section (so KEDA's HPA runs
+/// without `behavior`, with the controller's defaults scaled by the flags).
+pub(super) fn scaled_object(sc: &Scenario, workload: &str, src: &Sources<'_>) -> Value {
+    let (min, max) = sc.replica_bounds();
+    let trigger = match sc.keda.trigger {
+        KedaTrigger::QueueAge => json!({
+            "type": "prometheus",
+            "metricType": "Value",
+            "metadata": {
+                "serverAddress": src.prometheus,
+                "query": format!(
+                    "max({}{{{}=\"{KEDA_RUN_NS}\",{}=\"{workload}\"}})",
+                    m::QUEUE_AGE,
+                    m::LABEL_NAMESPACE,
+                    m::LABEL_WORKLOAD
+                ),
+                "threshold": format!("{}", sc.keda.target_queue_age.secs()),
+            },
+        }),
+        KedaTrigger::LagCount => {
+            let address = src
+                .redis_url
+                .trim_start_matches("redis://")
+                .trim_end_matches('/');
+            json!({
+                "type": "redis-streams",
+                "metadata": {
+                    "address": address,
+                    "stream": src.stream,
+                    "consumerGroup": GROUP,
+                    "lagCount": sc.keda.lag_count.to_string(),
+                },
+            })
         }
+    };
+    json!({
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": SCALED_OBJECT, "namespace": KEDA_RUN_NS},
+        "spec": {
+            "scaleTargetRef": {"name": workload},
+            "minReplicaCount": min.max(1),
+            "maxReplicaCount": max,
+            "pollingInterval": 1,
+            "triggers": [trigger],
+        },
+    })
+}
+
+/// Creates the comparison's ScaledObject.
+pub(super) async fn start(
+    client: &kube::Client,
+    sc: &Scenario,
+    workload: &str,
+    src: &Sources<'_>,
+) -> Result<(), kube::Error> {
+    let ar = kube::discovery::ApiResource {
+        group: "keda.sh".into(),
+        version: "v1alpha1".into(),
+        api_version: "keda.sh/v1alpha1".into(),
+        kind: "ScaledObject".into(),
+        plural: "scaledobjects".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), KEDA_RUN_NS, &ar);
+    let obj: DynamicObject = serde_json::from_value(scaled_object(sc, workload, src))
+        .map_err(kube::Error::SerdeError)?;
+    api.create(&PostParams::default(), &obj).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src() -> Sources<'static> {
+        Sources {
+            prometheus: "http://127.0.0.1:9090",
+            redis_url: "redis://127.0.0.1:6400",
+            stream: "lab-keda:stream",
+        }
+    }
+
+    #[test]
+    fn queue_age_is_a_prometheus_value_trigger_at_the_target_age() {
+        let sc = Scenario::load("outage-and-recovery").unwrap();
+        let so = scaled_object(&sc, "export-worker", &src());
+        let t = &so["spec"]["triggers"][0];
+        assert_eq!(t["type"], "prometheus");
+        assert_eq!(t["metricType"], "Value");
+        assert_eq!(t["metadata"]["threshold"], "10");
+        assert!(
+            t["metadata"]["query"]
+                .as_str()
+                .unwrap()
+                .contains("namespace=\"lab-keda\",workload=\"export-worker\""),
+            "{t}"
+        );
+        assert_eq!(so["spec"]["minReplicaCount"], 2);
+        assert_eq!(so["spec"]["maxReplicaCount"], 10);
+        assert!(so["spec"].get("advanced").is_none(), "KEDA's defaults");
+    }
+
+    #[test]
+    fn lag_count_reads_the_comparison_stream_and_group() {
+        let mut sc = Scenario::load("outage-and-recovery").unwrap();
+        sc.keda.trigger = KedaTrigger::LagCount;
+        sc.keda.lag_count = 30;
+        let so = scaled_object(&sc, "export-worker", &src());
+        let t = &so["spec"]["triggers"][0];
+        assert_eq!(t["type"], "redis-streams");
+        assert_eq!(t["metadata"]["address"], "127.0.0.1:6400");
+        assert_eq!(t["metadata"]["stream"], "lab-keda:stream");
+        assert_eq!(t["metadata"]["consumerGroup"], GROUP);
+        assert_eq!(t["metadata"]["lagCount"], "30");
+        assert!(
+            t.get("metricType").is_none(),
+            "AverageValue, KEDA's default"
+        );
     }
 }

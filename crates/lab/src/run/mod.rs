@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use backpressure_api::v1alpha1::WorkerSpec;
 use backpressure_api::wire::WorkerConfig;
-use backpressure_sim::autoscaler::Hpa;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use tokio::sync::watch;
@@ -21,14 +20,13 @@ use crate::dependency::Dependency;
 use crate::kubelet::{Kubelet, Launch, Launcher};
 use crate::prom::{self, ApiAccess, LabPrometheus};
 use crate::queue::{Queue, RedisServer};
-use crate::record::{self, Check, HPA_LIKE, OPERATOR, Recording, RunRecord};
+use crate::record::{self, Check, KEDA_RUN, OPERATOR, Recording, RunRecord};
 use crate::scenario::Scenario;
 use crate::serve::{response, serve};
 
 mod comparator;
 mod sampling;
 
-use comparator::hpa_loop;
 use sampling::{fleet_gauges, queue_exposition, sample, timeline};
 
 /// Namespace of the operator run.
@@ -36,7 +34,7 @@ pub const OPERATOR_RUN_NS: &str = "lab-operator";
 /// The ServiceAccount the operator run's worker pods run as.
 const WORKER_SERVICE_ACCOUNT: &str = "default";
 /// Namespace of the comparison run.
-pub const HPA_RUN_NS: &str = "lab-hpa";
+pub const KEDA_RUN_NS: &str = "lab-keda";
 
 /// A lab error.
 #[derive(Debug, thiserror::Error)]
@@ -162,9 +160,14 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
 
     say(
         show,
-        "lab: starting etcd, kube-apiserver, kube-controller-manager ...",
+        "lab: starting etcd, kube-apiserver, kube-controller-manager, KEDA ...",
     );
-    let cluster = Cluster::start().await?;
+    let hpa = backpressure_envtest::HpaControllerFlags {
+        sync_period: sc.keda.sync_period.0,
+        downscale_stabilization: sc.keda.downscale_stabilization.0,
+        tolerance: sc.keda.tolerance,
+    };
+    let cluster = Cluster::start_with_keda(&hpa).await?;
     let client = cluster.client()?;
     say(
         show,
@@ -209,7 +212,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     if operator_bin.is_some() {
         namespaces.push((OPERATOR, OPERATOR_RUN_NS));
     }
-    namespaces.push((HPA_LIKE, HPA_RUN_NS));
+    namespaces.push((KEDA_RUN, KEDA_RUN_NS));
 
     // Per run: namespace, queue, dependency.
     // The dependencies' schedules start for real at time zero (`set_start` below).
@@ -384,7 +387,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     if let Some(why) = &operator_skipped {
         say(
             show,
-            &format!("lab: no operator run ({why}): the comparison (queue-age scaler) only."),
+            &format!("lab: no operator run ({why}): the comparison (KEDA) only."),
         );
     }
 
@@ -393,8 +396,8 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let cfg = worker_config(sc.worker_backpressure.worker.as_ref());
     let mut cfg_paths = BTreeMap::new();
     for r in &runs {
-        let cfg = match sc.hpa_like.workers {
-            Some(algorithm) if r.label == HPA_LIKE => WorkerConfig {
+        let cfg = match sc.keda.workers {
+            Some(algorithm) if r.label == KEDA_RUN => WorkerConfig {
                 algorithm,
                 hash: String::new(),
                 ..cfg.clone()
@@ -472,26 +475,19 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         }
     }
     let http = reqwest::Client::new();
-    let hpa_task = {
-        let (min, max) = sc.replica_bounds();
-        let min = u32::try_from(min.max(1)).unwrap_or(1);
-        let max = u32::try_from(max).unwrap_or(min);
-        let scaler = Hpa::new(
-            sc.hpa_like.behavior(),
-            min,
-            max,
-            sc.hpa_like.target_queue_age.secs(),
-        );
-        tokio::spawn(hpa_loop(
-            client.clone(),
-            http.clone(),
-            prometheus.url(),
-            workload.clone(),
-            scaler,
-            t0,
-            sc.hpa_like.sync_period.0,
-        ))
-    };
+    if let Some(r) = runs.iter().find(|r| r.label == KEDA_RUN) {
+        let redis_url = r.redis.url();
+        let stream = r.queue.stream_key();
+        let prom_url = prometheus.url();
+        let src = comparator::Sources {
+            prometheus: &prom_url,
+            redis_url: &redis_url,
+            stream: &stream,
+        };
+        comparator::start(&client, &sc, &workload, &src)
+            .await
+            .map_err(|e| LabError::Other(format!("the comparison's ScaledObject: {e}")))?;
+    }
 
     // Record until the end (or Ctrl-C).
     let total = sc.duration.0;
@@ -538,7 +534,6 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     for p in &producers {
         p.abort();
     }
-    hpa_task.abort();
     if let Some(mut p) = operator_proc.take() {
         let _ = tokio::task::spawn_blocking(move || p.stop()).await;
     }

@@ -145,7 +145,7 @@ pub(super) async fn sample(
             producer_sync,
         )
     } else {
-        ("queue-age".into(), None, None, None)
+        ("keda".into(), None, None, None)
     };
     let broker = if r.broker {
         r.queue.memory().await.ok().map(|m| BrokerMemory {
