@@ -6,7 +6,8 @@
 //! ScaledObject with a Prometheus trigger on the fleet's queue age drives Deployment `w`
 //! through the HPA KEDA creates; nothing in the test writes replicas.
 //!
-//! During the outage the queue age asks KEDA for 10 replicas. The operator in Guard mode sets
+//! During the outage (the workers fail first, the backlog builds after) the queue age asks KEDA
+//! for 10 replicas. The operator in Guard mode sets
 //! `autoscaling.keda.sh/paused-scale-out`, KEDA disables the HPA's scale-up, and the replicas
 //! stay at 2 through many HPA syncs while the HPA reads the high metric. After the recovery the
 //! operator lifts the pause (the ramp clamps `maxReplicaCount` instead), KEDA restores the HPA's
@@ -17,11 +18,12 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use backpressure_api::v1alpha1::{GuardKind, Regime};
+use backpressure_api::v1alpha1::{GuardClamp, GuardKind, Regime};
 use backpressure_envtest::{HpaControllerFlags, KEDA_VERSION, TestEnv};
 use backpressure_operator::act::guard::{KEDA_PAUSED_SCALE_OUT, api_resource};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::common::fleet::{FleetKnobs, failing, recovered};
@@ -83,6 +85,14 @@ fn recovered_behind_a_backlog(k: &mut FleetKnobs) {
     k.arrival_rate = 200.0;
 }
 
+/// A quantity such as `100` or `100500m` as a number (None for other suffixes).
+fn milli(q: &str) -> Option<f64> {
+    match q.strip_suffix('m') {
+        Some(m) => m.parse::<f64>().ok().map(|v| v / 1000.0),
+        None => q.parse().ok(),
+    }
+}
+
 fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj["metadata"]["annotations"]
         .get(key)
@@ -105,7 +115,23 @@ async fn real_keda_is_paused_during_the_outage_and_scales_out_after_the_release(
         Api::namespaced_with(client.clone(), &ns, &api_resource(GuardKind::ScaledObject));
     let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), &ns);
 
-    w.fleet.set(failing);
+    // The outage starts as it does for real: the workers fail at once, the backlog builds
+    // later. With the queue age still at the target KEDA wants nothing more than the minimum.
+    w.fleet.set(|k| {
+        failing(k);
+        k.queue_age = 10.0;
+    });
+    // Nothing runs the Deployment here: give it the status its two pods would give it (the
+    // HPA divides an AverageValue metric by status.replicas for its status).
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .patch_status(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"replicas": 2, "readyReplicas": 2}})),
+        )
+        .await
+        .unwrap();
     let so: DynamicObject = serde_json::from_value(scaled_object(&w.prom.url(), &ns)).unwrap();
     sos.create(&PostParams::default(), &so).await.unwrap();
     let mode = json!({"mode": "Guard", "guard": {"kind": "ScaledObject", "name": "w"}});
@@ -162,6 +188,10 @@ async fn real_keda_is_paused_during_the_outage_and_scales_out_after_the_release(
     )
     .await;
 
+    assert_eq!(w.scene.replicas("w").await, 2, "{}", diag().await);
+    // The backlog builds: the queue age asks KEDA for 10 replicas.
+    w.fleet.set(failing);
+
     // Many HPA syncs with the metric asking for 10: the replicas stay at 2.
     let held_until = Instant::now() + 12 * SYNC;
     let mut saw_metric = false;
@@ -179,33 +209,51 @@ async fn real_keda_is_paused_during_the_outage_and_scales_out_after_the_release(
             .into_iter()
             .flatten()
             .filter_map(|m| m.external?.current.average_value)
-            .any(|q| {
-                q.0.trim_end_matches('m')
-                    .parse::<f64>()
-                    .is_ok_and(|v| v > 0.0)
-            });
+            .any(|q| milli(&q.0).is_some_and(|v| v > 40.0));
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(
         saw_metric,
-        "the HPA never read KEDA's metric: the hold proved nothing\n{}",
+        "the HPA never read a queue age asking for more than 2 replicas: the hold proved \
+         nothing\n{}",
         diag().await
     );
     let s = w.status().await;
     assert_eq!(s.regime, Some(Regime::DependencyFailing), "{s:?}");
 
-    // Recovery: the pause is lifted and the real HPA scales the Deployment out, to the
+    // Recovery: the pause is lifted while the ramp clamps maxReplicaCount stage by stage, and
+    // the real HPA scales the Deployment out within each stage's ceiling, then to the
     // ScaledObject's maximum once the guard is released.
     w.fleet.set(recovered_behind_a_backlog);
-    let deadline = Duration::from_secs(120);
-    wait_for_every(
-        Duration::from_millis(500),
-        deadline,
-        "KEDA scaling out to 12 after the release",
-        diag,
-        || async { (w.scene.replicas("w").await == 12).then_some(()) },
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut grew_within_a_stage = None;
+    loop {
+        let replicas = w.scene.replicas("w").await;
+        let guard = w.status().await.guard;
+        if let Some(g) = guard
+            .as_ref()
+            .filter(|g| g.clamp == GuardClamp::MaxReplicas)
+        {
+            let ceiling = g.max_replicas.unwrap_or(i32::MAX);
+            if replicas > 2 && replicas < 12 && replicas <= ceiling {
+                grew_within_a_stage.get_or_insert((replicas, ceiling));
+            }
+        }
+        if replicas == 12 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "KEDA did not scale out to 12 within 120s of the recovery\n{}",
+            diag().await
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        grew_within_a_stage.is_some(),
+        "the HPA never scaled out during the ramp (the pause was not lifted for it)\n{}",
+        diag().await
+    );
     wait_for_every(
         Duration::from_millis(500),
         Duration::from_secs(60),

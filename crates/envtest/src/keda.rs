@@ -138,7 +138,11 @@ impl TestEnv {
             return Ok(());
         }
         let dir = keda_bin_dir()?;
+        // kubectl reads a symlink to a directory as a file: resolve it.
         let crds = dir.join("keda-crds");
+        let crds = crds
+            .canonicalize()
+            .map_err(|e| Error::io(format!("resolve {}", crds.display()), e))?;
         self.kubectl(&[
             "apply",
             "--server-side",
@@ -146,14 +150,21 @@ impl TestEnv {
             "-f",
             &crds.display().to_string(),
         ])?;
-        self.kubectl(&[
+        // `kubectl wait` fails at once while a new CRD has no conditions yet: retry.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err(e) = self.kubectl(&[
             "wait",
             "--for=condition=Established",
-            "--timeout=60s",
+            "--timeout=10s",
             "crd/scaledobjects.keda.sh",
             "crd/triggerauthentications.keda.sh",
             "crd/clustertriggerauthentications.keda.sh",
-        ])?;
+        ]) {
+            if Instant::now() >= deadline {
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
 
         let adapter_port = process::free_port()?;
         let grpc_port = process::free_port()?;
