@@ -5,8 +5,9 @@
 //! Redis-streams queue, optionally limited in memory ([`queue`]), a fault-injectable dependency
 //! ([`dependency`]), a producer, in the lab's process or as pods honouring the operator's
 //! producer gate ([`producer`]), Prometheus ([`prom`]), the operator of this repository as a separate process
-//! ([`operator`]) and, for comparison, a queue-age scaler: the simulator's HPA model
-//! ([`backpressure_sim::autoscaler::Hpa`]) with the parameters of [`scenario::HpaLikeSpec`].
+//! ([`operator`]) and, for comparison, a queue-age scaler: the simulator's KEDA queue-age
+//! comparator, the Kubernetes HPA algorithm ported ([`backpressure_sim::autoscaler::Hpa`]),
+//! with the parameters of [`scenario::HpaLikeSpec`].
 //! [`run`] runs a scenario ([`scenario`]) through both, [`record`] holds what happened and the
 //! end-to-end checks, and [`plot`] draws it.
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use backpressure_api::duration::{format_duration, parse_duration};
 use backpressure_api::v1alpha1::{Algorithm, ProducerMode, TargetRef, WorkerBackpressureSpec};
-use backpressure_sim::autoscaler::HpaBehavior;
+use backpressure_sim::autoscaler::hpa::{Behavior, ScalingPolicy, ScalingRules, SelectPolicy};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why a scenario could not be loaded.
@@ -272,13 +272,14 @@ fn zero_schedule() -> Schedule {
     Schedule::constant(0.0)
 }
 
-/// The comparison autoscaler: an HPA (or KEDA) scaling on queue age alone.
+/// The comparison autoscaler: KEDA scaling on queue age alone.
 ///
-/// The maths is the simulator's HPA model ([`backpressure_sim::autoscaler::Hpa`]): `desired =
-/// ceil(readyPods × age / target)` outside the tolerance, the HPA's stabilization windows and
-/// scale-up policies measured from the replicas at the start of the period, clamped to the
-/// operator run's `[minReplicas, maxReplicas]`. This spec sets the parameters; the rest is the
-/// HPA's default `behavior` ([`HpaLikeSpec::behavior`]).
+/// It is the simulator's "KEDA queue age (Value)" ([`backpressure_sim::autoscaler::Hpa`]): a
+/// Prometheus trigger on the queue age with a `Value` target, through the Kubernetes HPA
+/// controller's algorithm (ported): `desired = ceil(readyPods × age / target)` outside the
+/// tolerance, clamped to the operator run's `[minReplicas, maxReplicas]`. Unlike the
+/// simulator's (KEDA's default, no `behavior`), it runs with an explicit `behavior`
+/// ([`HpaLikeSpec::behavior`]) whose periods and windows this spec scales to the lab's time.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HpaLikeSpec {
@@ -289,9 +290,9 @@ pub struct HpaLikeSpec {
     /// Relative tolerance around the target in which nothing changes (HPA: 0.1).
     #[serde(default = "default_tolerance")]
     pub tolerance: f64,
-    /// Scale-up policy period (HPA default 15 s, scaled); per period at most
-    /// max(`scaleUpPercent`%, `scaleUpPods`) pods are added to the replicas at its start. Also
-    /// the scale-down policy period (the HPA's default is 15 s for both).
+    /// Scale-up policy period (HPA default 15 s, scaled; whole seconds, at most 1800); per
+    /// period at most max(`scaleUpPercent`%, `scaleUpPods`) pods are added to the replicas at
+    /// its start. Also the scale-down policy period (the HPA's default is 15 s for both).
     pub scale_up_period: Dur,
     /// Pods per scale-up period (HPA default 4).
     #[serde(default = "default_scale_up_pods")]
@@ -299,30 +300,52 @@ pub struct HpaLikeSpec {
     /// Percent per scale-up period (HPA default 100).
     #[serde(default = "default_scale_up_percent")]
     pub scale_up_percent: u32,
-    /// Scale-down stabilization window (HPA default 300 s, scaled).
+    /// Scale-down stabilization window (HPA default 300 s, scaled; whole seconds, at most
+    /// 3600).
     pub scale_down_stabilization: Dur,
     /// The algorithm of the comparison run's workers; absent: the operator run's workers'
     /// configuration (`workerBackpressure.worker`). `Off` makes it the simulator's "greedy +
-    /// KEDA-like" fleet: every pod at `maxPermits` whatever the dependency answers.
+    /// KEDA queue age (Value)" fleet: every pod at `maxPermits` whatever the dependency
+    /// answers.
     #[serde(default)]
     pub workers: Option<Algorithm>,
 }
 
+/// Whole seconds of `d` as an `int32` field of the HPA (`None` if fractional or too large).
+fn whole_seconds(d: Dur) -> Option<i32> {
+    (d.0.subsec_nanos() == 0)
+        .then(|| i32::try_from(d.0.as_secs()).ok())
+        .flatten()
+}
+
 impl HpaLikeSpec {
-    /// The HPA `behavior` this spec describes: the scale-up window 0 and the scale-down policy
-    /// of 100 % per period are the HPA's defaults (no scale-down rate limit beyond the
-    /// stabilization window).
-    pub fn behavior(&self) -> HpaBehavior {
-        HpaBehavior {
-            tolerance: self.tolerance,
-            up_window: 0.0,
-            down_window: self.scale_down_stabilization.secs(),
-            up_pods: self.scale_up_pods,
-            up_percent: f64::from(self.scale_up_percent),
-            up_period: self.scale_up_period.secs(),
-            down_percent: 100.0,
-            down_period: self.scale_up_period.secs(),
-        }
+    /// The HPA `behavior` this spec describes, every field set: scale-up window 0 and policies
+    /// `Pods scaleUpPods` and `Percent scaleUpPercent` per `scaleUpPeriod` (`selectPolicy:
+    /// Max`); scale-down window `scaleDownStabilization` and policy `Percent 100` per
+    /// `scaleUpPeriod` (no scale-down rate limit beyond the window). With the HPA's default
+    /// numbers it is the `autoscaling/v2` default behavior.
+    pub fn behavior(&self) -> Behavior {
+        let sat = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let period = whole_seconds(self.scale_up_period).unwrap_or(i32::MAX);
+        Behavior::new(
+            Some(ScalingRules {
+                stabilization_window_seconds: Some(0),
+                select_policy: Some(SelectPolicy::Max),
+                policies: Some(vec![
+                    ScalingPolicy::pods(sat(self.scale_up_pods), period),
+                    ScalingPolicy::percent(sat(self.scale_up_percent), period),
+                ]),
+                tolerance: None,
+            }),
+            Some(ScalingRules {
+                stabilization_window_seconds: Some(
+                    whole_seconds(self.scale_down_stabilization).unwrap_or(i32::MAX),
+                ),
+                select_policy: Some(SelectPolicy::Max),
+                policies: Some(vec![ScalingPolicy::percent(100, period)]),
+                tolerance: None,
+            }),
+        )
     }
 }
 
@@ -521,8 +544,18 @@ impl Scenario {
         if self.hpa_like.sync_period.0.is_zero() || self.hpa_like.target_queue_age.0.is_zero() {
             return Err("hpaLike.syncPeriod and hpaLike.targetQueueAge must be positive".into());
         }
-        if self.hpa_like.scale_up_period.0.is_zero() {
-            return Err("hpaLike.scaleUpPeriod must be positive".into());
+        if !whole_seconds(self.hpa_like.scale_up_period).is_some_and(|s| (1..=1800).contains(&s)) {
+            return Err("hpaLike.scaleUpPeriod must be whole seconds in 1s..=1800s".into());
+        }
+        if !whole_seconds(self.hpa_like.scale_down_stabilization)
+            .is_some_and(|s| (0..=3600).contains(&s))
+        {
+            return Err(
+                "hpaLike.scaleDownStabilization must be whole seconds in 0s..=3600s".into(),
+            );
+        }
+        if self.hpa_like.scale_up_pods == 0 || self.hpa_like.scale_up_percent == 0 {
+            return Err("hpaLike.scaleUpPods and hpaLike.scaleUpPercent must be positive".into());
         }
         if !(self.hpa_like.tolerance.is_finite() && self.hpa_like.tolerance >= 0.0) {
             return Err("hpaLike.tolerance must be a number of at least 0".into());
@@ -671,21 +704,17 @@ mod tests {
     #[test]
     fn hpa_like_maps_to_the_hpa_behavior() {
         let sc = Scenario::load("outage-and-recovery").unwrap();
-        let b = sc.hpa_like.behavior();
+        let b = sc.hpa_like.behavior().defaulted(300.0).unwrap();
         // The file's scaled periods and the HPA's defaults for what it does not set.
+        assert_eq!(sc.hpa_like.tolerance, 0.1);
+        assert_eq!(b.up.window_seconds, 0);
+        assert_eq!(b.up.select, SelectPolicy::Max);
         assert_eq!(
-            b,
-            HpaBehavior {
-                tolerance: 0.1,
-                up_window: 0.0,
-                down_window: 60.0,
-                up_pods: 4,
-                up_percent: 100.0,
-                up_period: 3.0,
-                down_percent: 100.0,
-                down_period: 3.0,
-            }
+            b.up.policies,
+            vec![ScalingPolicy::pods(4, 3), ScalingPolicy::percent(100, 3)]
         );
+        assert_eq!(b.down.window_seconds, 60);
+        assert_eq!(b.down.policies, vec![ScalingPolicy::percent(100, 3)]);
         let bad = |from: &str, to: &str| {
             let text = std::fs::read_to_string(scenarios_dir().join("outage-and-recovery.yaml"))
                 .unwrap()
@@ -693,6 +722,14 @@ mod tests {
             Scenario::parse(&text).unwrap_err()
         };
         assert!(bad("scaleUpPeriod: 3s", "scaleUpPeriod: 0s").contains("scaleUpPeriod"));
+        assert!(bad("scaleUpPeriod: 3s", "scaleUpPeriod: 2500ms").contains("scaleUpPeriod"));
+        assert!(
+            bad(
+                "scaleDownStabilization: 60s",
+                "scaleDownStabilization: 1.5s"
+            )
+            .contains("scaleDownStabilization")
+        );
         assert!(
             bad("scaleUpPeriod: 3s", "scaleUpPeriod: 3s\n  tolerance: -0.1").contains("tolerance")
         );

@@ -1,4 +1,5 @@
-//! The comparison run's autoscaler: the simulator's HPA model driving `/scale`.
+//! The comparison run's autoscaler: the simulator's KEDA queue-age comparator (the HPA
+//! algorithm, ported) driving `/scale`.
 
 use std::time::Duration;
 
@@ -11,10 +12,11 @@ use tokio::time::Instant;
 use super::HPA_RUN_NS;
 use crate::prom;
 
-/// The comparison scaler: every `period`, the simulator's HPA model on the queue age from
-/// Prometheus, the Deployment's `spec.replicas` and its ready pods (`status.readyReplicas`, the
-/// count the HPA's replica calculator multiplies), with the lab's time in seconds; writes
-/// `/scale` when the replicas change.
+/// The comparison scaler: every `period`, the KEDA queue-age comparator on the queue age from
+/// Prometheus (a failed query is a failed metric fetch, no series an empty result), the
+/// Deployment's `spec.replicas`, `status.replicas` and ready pods (`status.readyReplicas`, the
+/// count the HPA's replica calculator multiplies for a `Value` target), with the lab's time in
+/// seconds; writes `/scale` when the replicas change.
 pub(super) async fn hpa_loop(
     client: kube::Client,
     http: reqwest::Client,
@@ -35,19 +37,21 @@ pub(super) async fn hpa_loop(
     let mut tick = tokio::time::interval(period);
     loop {
         tick.tick().await;
-        let age = prom::query(&http, &prom_url, &expr)
-            .await
-            .ok()
-            .and_then(|v| v.first().map(|(_, v)| *v));
+        let answer = prom::query(&http, &prom_url, &expr).await;
+        let scrape_failed = answer.is_err();
+        let age = answer.ok().and_then(|v| v.first().map(|(_, v)| *v));
         let Ok(deployment) = api.get(&workload).await else {
             continue;
         };
         let now = t0.elapsed().as_secs_f64();
+        let status = deployment.status.as_ref();
         let obs = Observation {
             now,
             replicas: count(deployment.spec.and_then(|s| s.replicas)),
-            ready_pods: count(deployment.status.and_then(|s| s.ready_replicas)),
+            ready_pods: count(status.and_then(|s| s.ready_replicas)),
+            status_replicas: count(status.and_then(|s| s.replicas)),
             queue_age: age,
+            scrape_failed,
             sampled_at: now,
             ..Observation::default()
         };

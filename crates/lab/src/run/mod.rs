@@ -11,6 +11,7 @@ use std::time::Duration;
 use backpressure_api::v1alpha1::WorkerSpec;
 use backpressure_api::wire::WorkerConfig;
 use backpressure_sim::autoscaler::Hpa;
+use backpressure_sim::autoscaler::hpa::ControllerFlags;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use tokio::sync::watch;
@@ -476,12 +477,17 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         let (min, max) = sc.replica_bounds();
         let min = u32::try_from(min.max(1)).unwrap_or(1);
         let max = u32::try_from(max).unwrap_or(min);
-        let scaler = Hpa::new(
-            sc.hpa_like.behavior(),
+        let scaler = Hpa::keda_queue_age(
             min,
             max,
             sc.hpa_like.target_queue_age.secs(),
-        );
+            Some(sc.hpa_like.behavior()),
+            ControllerFlags {
+                tolerance: sc.hpa_like.tolerance,
+                ..ControllerFlags::default()
+            },
+        )
+        .map_err(|e| LabError::Other(format!("hpaLike: {e}")))?;
         tokio::spawn(hpa_loop(
             client.clone(),
             http.clone(),

@@ -154,7 +154,10 @@ pub fn default_scale_up() -> ScalingRules {
     ScalingRules {
         stabilization_window_seconds: Some(0),
         select_policy: Some(SelectPolicy::Max),
-        policies: Some(vec![ScalingPolicy::pods(4, 15), ScalingPolicy::percent(100, 15)]),
+        policies: Some(vec![
+            ScalingPolicy::pods(4, 15),
+            ScalingPolicy::percent(100, 15),
+        ]),
         tolerance: None,
     }
 }
@@ -376,7 +379,13 @@ mod tests {
         assert_eq!(d.down.select, SelectPolicy::Min);
         assert_eq!(d.down.policies, vec![ScalingPolicy::percent(100, 15)]);
         let t = Tolerances::for_hpa(0.1, Some(&d));
-        assert_eq!(t, Tolerances { down: 0.05, up: 0.1 });
+        assert_eq!(
+            t,
+            Tolerances {
+                down: 0.05,
+                up: 0.1
+            }
+        );
     }
 
     #[test]
@@ -423,7 +432,10 @@ mod tests {
     fn tolerance_bounds_are_inclusive() {
         // `isWithin` compares with `<=` on both sides: the ratio exactly at 1 ± tolerance is
         // within.
-        let t = Tolerances { down: 0.25, up: 0.5 };
+        let t = Tolerances {
+            down: 0.25,
+            up: 0.5,
+        };
         assert!(t.is_within(0.75));
         assert!(t.is_within(1.5));
         assert!(!t.is_within(0.7499));

@@ -101,8 +101,7 @@ pub fn external_average_replicas(
 ) -> (i32, i64) {
     let usage = sum_average_usage(values);
     let mut replica_count = status_replicas;
-    let usage_ratio =
-        usage as f64 / (target_per_pod_milli as f64 * f64::from(replica_count));
+    let usage_ratio = usage as f64 / (target_per_pod_milli as f64 * f64::from(replica_count));
     if !tolerances.is_within(usage_ratio) {
         // Update the number of replicas if the change is large enough.
         let result = (usage as f64 / target_per_pod_milli as f64).ceil();
@@ -168,7 +167,10 @@ mod tests {
     fn configurable_tolerance_cm_external() {
         // TestReplicaCalcConfigurableToleranceCMExternal: Tolerances{0.1, 0.01}, 8900 / 8800
         // = 1.011 is outside a 1 % scale-up tolerance: ceil(1.011 × 3) = 4.
-        let t = Tolerances { down: 0.1, up: 0.01 };
+        let t = Tolerances {
+            down: 0.1,
+            up: 0.01,
+        };
         assert_eq!(external_value_replicas(3, 8800, &[8900], t, 3).0, 4);
         // With the flag's 10 % it would stay.
         assert_eq!(external_value_replicas(3, 8800, &[8900], T, 3).0, 3);
@@ -206,10 +208,7 @@ mod tests {
             (3, i64::MAX)
         );
         // Huge ratio times ready pods: capped at MaxInt32.
-        assert_eq!(
-            external_value_replicas(3, 1, &[i64::MAX], T, 3).0,
-            i32::MAX
-        );
+        assert_eq!(external_value_replicas(3, 1, &[i64::MAX], T, 3).0, i32::MAX);
     }
 
     #[test]

@@ -293,8 +293,7 @@ mod tests {
 
     #[test]
     fn lag_count_is_average_value_on_status_replicas() {
-        let mut h =
-            Hpa::keda_lag_count(1, 50, 100, None, ControllerFlags::default()).unwrap();
+        let mut h = Hpa::keda_lag_count(1, 50, 100, None, ControllerFlags::default()).unwrap();
         // 1000 undelivered, 100 per pod: 10, whatever the ready pods.
         let mut o = obs(0.0, 4, 0.0);
         o.ready_pods = 0;

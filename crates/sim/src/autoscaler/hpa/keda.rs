@@ -77,7 +77,10 @@ pub enum PromResponse {
 
 /// `ExecutePromQuery`: the value, with `ignoreNullValues` turning an empty result, NaN and ±Inf
 /// into 0.
-pub fn prometheus_value(response: &PromResponse, ignore_null_values: bool) -> Result<f64, ScalerError> {
+pub fn prometheus_value(
+    response: &PromResponse,
+    ignore_null_values: bool,
+) -> Result<f64, ScalerError> {
     match *response {
         PromResponse::Failed(ref e) => Err(ScalerError::Query(e.clone())),
         PromResponse::Empty if ignore_null_values => Ok(0.0),
@@ -276,7 +279,12 @@ impl MetricSource {
     }
 
     /// `doFallback`.
-    fn do_fallback(&self, fallback: Fallback, current_replicas: i32, ready_pods: i32) -> Option<i64> {
+    fn do_fallback(
+        &self,
+        fallback: Fallback,
+        current_replicas: i32,
+        ready_pods: i32,
+    ) -> Option<i64> {
         let fallback_replicas = i64::from(fallback.replicas);
         let current = i64::from(current_replicas);
         let mut replicas = match fallback.behavior {
@@ -345,7 +353,12 @@ mod tests {
     #[test]
     fn targets() {
         let t = KedaTarget::from_threshold(TargetType::Value, 60.0);
-        assert_eq!(t.hpa_target(), MetricTarget::Value { milli_value: 60_000 });
+        assert_eq!(
+            t.hpa_target(),
+            MetricTarget::Value {
+                milli_value: 60_000
+            }
+        );
         assert_eq!(t.approx, 60.0);
         let t = KedaTarget::from_count(TargetType::default(), 5);
         assert_eq!(
@@ -380,8 +393,10 @@ mod tests {
             replicas: 10,
             behavior,
         };
-        let mut s =
-            MetricSource::new(KedaTarget::from_count(TargetType::AverageValue, 10), Some(fb));
+        let mut s = MetricSource::new(
+            KedaTarget::from_count(TargetType::AverageValue, 10),
+            Some(fb),
+        );
         for _ in 0..3 {
             assert!(s.serve(failing(), 1, 1).is_err());
         }
@@ -421,13 +436,22 @@ mod tests {
                 .unwrap()
                 .milli
         };
-        assert_eq!(served(FallbackBehavior::CurrentReplicasIfHigher, 4), 100_000);
+        assert_eq!(
+            served(FallbackBehavior::CurrentReplicasIfHigher, 4),
+            100_000
+        );
         assert_eq!(served(FallbackBehavior::CurrentReplicas, 6), 60_000);
         assert_eq!(served(FallbackBehavior::Static, 15), 100_000);
         // The two not covered upstream, by the same code.
-        assert_eq!(served(FallbackBehavior::CurrentReplicasIfHigher, 12), 120_000);
+        assert_eq!(
+            served(FallbackBehavior::CurrentReplicasIfHigher, 12),
+            120_000
+        );
         assert_eq!(served(FallbackBehavior::CurrentReplicasIfLower, 4), 40_000);
-        assert_eq!(served(FallbackBehavior::CurrentReplicasIfLower, 12), 100_000);
+        assert_eq!(
+            served(FallbackBehavior::CurrentReplicasIfLower, 12),
+            100_000
+        );
     }
 
     #[test]
@@ -438,8 +462,10 @@ mod tests {
             replicas: 6,
             behavior: FallbackBehavior::Static,
         };
-        let mut s =
-            MetricSource::new(KedaTarget::from_threshold(TargetType::Value, 60.0), Some(fb));
+        let mut s = MetricSource::new(
+            KedaTarget::from_threshold(TargetType::Value, 60.0),
+            Some(fb),
+        );
         // 60 x 1000 x 6 / 4 = 90000m.
         assert_eq!(s.serve(failing(), 4, 4).unwrap().milli, 90_000);
         assert_eq!(s.serve(failing(), 4, 0), Err(KedaError::Fallback));
@@ -457,7 +483,10 @@ mod tests {
             replicas: 5,
             behavior: FallbackBehavior::Static,
         };
-        let mut s = MetricSource::new(KedaTarget::from_count(TargetType::AverageValue, 1), Some(fb));
+        let mut s = MetricSource::new(
+            KedaTarget::from_count(TargetType::AverageValue, 1),
+            Some(fb),
+        );
         for _ in 0..5 {
             assert!(s.serve(failing(), 1, 1).is_err());
         }

@@ -385,8 +385,9 @@ impl HpaController {
             desired = match self.behavior.take() {
                 None => self.normalize_desired_replicas(current, desired, now, &mut out),
                 Some(b) => {
-                    let d = self
-                        .normalize_desired_replicas_with_behaviors(&b, current, desired, now, &mut out);
+                    let d = self.normalize_desired_replicas_with_behaviors(
+                        &b, current, desired, now, &mut out,
+                    );
                     self.behavior = Some(b);
                     d
                 }
@@ -727,9 +728,9 @@ fn calculate_scale_up_limit_with_scaling_rules(
             PolicyType::Pods => period_start.wrapping_add(policy.value),
             // The proposal has to be rounded up because the proposed change might not increase
             // the replica count causing the target to never scale up.
-            PolicyType::Percent => (f64::from(period_start)
-                * (1.0 + f64::from(policy.value) / 100.0))
-                .ceil() as i32,
+            PolicyType::Percent => {
+                (f64::from(period_start) * (1.0 + f64::from(policy.value) / 100.0)).ceil() as i32
+            }
         };
         result = select(result, proposed);
     }
