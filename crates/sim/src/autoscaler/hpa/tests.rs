@@ -526,6 +526,15 @@ fn scaling_with_rules() {
 
 // ---- TestStoreScaleEvents ----
 
+/// (name, previous events, new events (change, outdated), rules, expected change in 60 s)
+type StoreCase = (
+    &'static str,
+    Vec<ScaleEvent>,
+    Vec<(i32, bool)>,
+    Option<ScalingRules>,
+    i32,
+);
+
 #[test]
 fn store_scale_events() {
     type Ev = (i32, f64, bool);
@@ -538,14 +547,7 @@ fn store_scale_events() {
             })
             .collect()
     };
-    // (name, previous events, new events (change, outdated), rules, expected change in 60 s)
-    let cases: Vec<(
-        &str,
-        Vec<ScaleEvent>,
-        Vec<(i32, bool)>,
-        Option<ScalingRules>,
-        i32,
-    )> = vec![
+    let cases: Vec<StoreCase> = vec![
         (
             "empty entries with default behavior",
             vec![],
@@ -657,7 +659,9 @@ fn store_scale_events() {
 
 #[test]
 fn normalize_desired_replicas() {
-    let cases: Vec<(&str, Vec<(i32, f64)>, i32, i32, usize)> = vec![
+    // (name, recommendations (replicas, seconds ago), prenormalized, expected, log length)
+    type Case = (&'static str, Vec<(i32, f64)>, i32, i32, usize);
+    let cases: Vec<Case> = vec![
         ("empty log", vec![], 5, 5, 1),
         ("stabilize", vec![(4, 120.0), (5, 60.0)], 3, 5, 3),
         ("no stabilize", vec![(1, 120.0), (2, 60.0)], 3, 3, 3),
