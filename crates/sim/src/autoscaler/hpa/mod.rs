@@ -26,8 +26,8 @@
 //!    the ScaledObject sets `advanced.horizontalPodAutoscalerConfig.behavior`):
 //!    - `stabilizeRecommendation`: `s = max` of `desired` and every recommendation not older
 //!      than the `--horizontal-pod-autoscaler-downscale-stabilization` window (5 min; a
-//!      recommendation exactly at the cutoff counts); `desired` replaces the oldest stale entry
-//!      or is appended;
+//!      recommendation exactly at the cutoff counts); `desired` replaces the last stale entry
+//!      of the list, or is appended;
 //!    - `convertDesiredReplicasWithRules`: `s` clamped to
 //!      `[minReplicas, min(maxReplicas, max(2 × current, 4))]` (`calculateScaleUpLimit`; no
 //!      memory across syncs, no scale-down limit).
@@ -35,7 +35,8 @@
 //!    With `behavior` (`normalizeDesiredReplicasWithBehaviors`, defaults in [`behavior`]):
 //!    - `stabilizeRecommendationWithBehaviors`: `up = min` and `down = max` of `desired` and
 //!      the recommendations newer than (strictly after) `now − window` of each direction;
-//!      `s = current` raised to `up`, then lowered to `down`;
+//!      `s = current` raised to `up`, then lowered to `down`; `desired` replaces the last
+//!      entry stale for both windows, or is appended;
 //!    - `convertDesiredReplicasWithBehaviorRate`: for each policy, the replicas at the start
 //!      of its period `start = current − added + removed` (scale events strictly after
 //!      `now − periodSeconds`, `getReplicasChangePerPeriod`); `Pods`: `start ± value`;
@@ -44,8 +45,9 @@
 //!      The up limit is at least `current`, the down limit at most `current`; then
 //!      `[minReplicas, maxReplicas]`.
 //! 5. If `desired != current` the scale is written and (with `behavior`) a scale event
-//!    `(|desired − current|, now)` is stored in its direction (`storeScaleEvent`, reusing an
-//!    entry older than the direction's longest policy period, `markScaleEventsOutdated`).
+//!    `(|desired − current|, now)` is stored in its direction (`storeScaleEvent`): it replaces
+//!    the last entry marked outdated (older than the direction's longest policy period,
+//!    `markScaleEventsOutdated`), or is appended.
 //!
 //! Integer arithmetic is `int32` as upstream (wrapping where Go wraps); float-to-int
 //! conversions that Go leaves implementation-defined (out of range, NaN) saturate here.
