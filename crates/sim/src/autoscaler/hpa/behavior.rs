@@ -357,8 +357,9 @@ mod tests {
 
     #[test]
     fn partial_rules_keep_what_is_set_and_replace_policies_whole() {
-        // defaults_test.go TestGenerateScaleUpRules / TestGenerateScaleDownRules: a set field
-        // wins, an unset one is defaulted; a policy list replaces the default list.
+        // What defaults_test.go TestGenerateScaleUpRules / TestGenerateScaleDownRules check, on
+        // a case of our own: a set field wins, an unset one is defaulted, a policy list
+        // replaces the default list.
         let b = Behavior::new(
             Some(ScalingRules {
                 policies: Some(vec![ScalingPolicy::pods(1, 60)]),
