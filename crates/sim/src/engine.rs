@@ -3,7 +3,7 @@
 //! # Modelling choice: a fixed time step with exact per-message state
 //!
 //! A per-message event queue would handle ~10^8 events for the benchmark (hundreds of messages
-//! per second over many simulated hours, several events per delivery, four policies, six
+//! per second over many simulated hours, several events per delivery, five policies, a dozen
 //! scenarios). Instead, time advances in fixed ticks (`tick`, 100 ms by default) and each tick
 //! resolves, in this order:
 //!
@@ -38,7 +38,8 @@ use backpressure_api::v1alpha1::{Action, ProducerState, Regime};
 use backpressure_worker::controller::{self, Controller, Nanos, Outcome, Settings};
 use backpressure_worker::worker_loop::RedeliveryBackoff;
 
-use crate::autoscaler::{Autoscaler, Decision, Hpa, HpaBehavior, Observation, Ours, Static};
+use crate::autoscaler::hpa::ControllerFlags;
+use crate::autoscaler::{Autoscaler, Decision, Hpa, Observation, Ours, Static};
 use crate::dependency::Dependency;
 use crate::policy::{Policy, Scaler};
 use crate::producer::{Gate, Producers};
@@ -53,6 +54,9 @@ pub enum SimError {
     /// The scenario's `WorkerBackpressure` spec does not resolve.
     #[error("the scenario's WorkerBackpressure spec does not resolve: {0}")]
     Resolve(String),
+    /// The HPA a KEDA comparator would create is invalid.
+    #[error("the KEDA comparator's HorizontalPodAutoscaler is invalid: {0}")]
+    Hpa(String),
 }
 
 /// One second of the run: counts during the second and gauges at its end.
@@ -261,12 +265,26 @@ impl<'a> Simulation<'a> {
         let f = &self.scenario.fleet;
         Ok(match self.policy.scaler {
             Scaler::Static => Box::new(Static),
-            Scaler::KedaLike => Box::new(Hpa::new(
-                HpaBehavior::default(),
-                f.min_replicas,
-                f.max_replicas,
-                f.target_queue_age.secs(),
-            )),
+            Scaler::KedaQueueAge => Box::new(
+                Hpa::keda_queue_age(
+                    f.min_replicas,
+                    f.max_replicas,
+                    f.target_queue_age.secs(),
+                    None,
+                    ControllerFlags::default(),
+                )
+                .map_err(|e| SimError::Hpa(e.to_string()))?,
+            ),
+            Scaler::KedaLagCount => Box::new(
+                Hpa::keda_lag_count(
+                    f.min_replicas,
+                    f.max_replicas,
+                    self.scenario.lag_count(),
+                    None,
+                    ControllerFlags::default(),
+                )
+                .map_err(|e| SimError::Hpa(e.to_string()))?,
+            ),
             Scaler::Ours => Box::new(
                 Ours::new(
                     self.scenario,
@@ -534,6 +552,9 @@ impl<'a> Simulation<'a> {
                 obs.now = t;
                 obs.replicas = desired;
                 obs.ready_pods = fleet.ready(tick);
+                obs.status_replicas = fleet.active();
+                // KEDA reads a stream's lag from the broker when the HPA asks, not from a scrape.
+                obs.undelivered = Some(queue.undelivered());
                 let decision = autoscaler.decide(&obs);
                 events += 1;
                 next_decision = tick
@@ -722,6 +743,7 @@ impl<'a> Simulation<'a> {
             now: tick as f64 * dt,
             replicas: 0,
             ready_pods: ready,
+            status_replicas: fleet.active(),
             backoff: (ready > 0).then(|| backoff / f64::from(ready)),
             failure_rate: (att > 0.0).then(|| fail / att),
             queue_age: Some(queue.oldest_first_attempt_age(tick) as f64 * dt),
@@ -730,6 +752,8 @@ impl<'a> Simulation<'a> {
             completion_rate: rate(comp),
             failure_floor: (knowing > 0).then(|| floor / f64::from(knowing)),
             sampled_at: tick as f64 * dt,
+            undelivered: Some(queue.undelivered()),
+            scrape_failed: false,
         }
     }
 }

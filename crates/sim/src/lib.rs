@@ -15,7 +15,8 @@
 //! - a **dependency** with a capacity shared by the fleet, overload failures, injected outages
 //!   (hard, partial, intermittent), capacity that returns gradually, noise and latency
 //!   ([`dependency`]);
-//! - **autoscalers** behind one trait: static, HPA/KEDA-like on queue age, and ours
+//! - **autoscalers** behind one trait: static, KEDA on the queue age or on the broker's lag
+//!   (KEDA's metric source and the Kubernetes HPA controller's algorithm, ported), and ours
 //!   ([`autoscaler`]).
 //!
 //! Nothing reads a clock and every random draw comes from a stream seeded by the scenario

@@ -70,8 +70,8 @@ enum Command {
     Run {
         /// The scenario file.
         scenario: PathBuf,
-        /// Policy key (greedy-keda, bp-static, bp-keda, bp-ours; with a producers section also
-        /// bp-ours-ungated, bp-ours-throttle); all when absent.
+        /// Policy key (greedy-keda, bp-static, bp-keda, bp-ours, greedy-keda-lag; with a
+        /// producers section also bp-ours-ungated, bp-ours-throttle); all when absent.
         #[arg(long)]
         policy: Option<String>,
         /// Compress the scenario's timeline by this factor (0 < f <= 1).

@@ -27,11 +27,12 @@ fn err<E: std::fmt::Debug>(e: E) -> PlotError {
 
 /// Colours of the policies, in [`crate::policy::for_scenario`] order ([`crate::POLICIES`],
 /// then the variants of ours on a scenario with producer control).
-pub const COLORS: [RGBColor; 6] = [
-    RGBColor(214, 39, 40),   // greedy + KEDA-like: red
+pub const COLORS: [RGBColor; 7] = [
+    RGBColor(214, 39, 40),   // greedy + KEDA queue age (Value): red
     RGBColor(127, 127, 127), // backpressure + static: grey
-    RGBColor(255, 127, 14),  // backpressure + KEDA-like: orange
+    RGBColor(255, 127, 14),  // backpressure + KEDA queue age (Value): orange
     RGBColor(31, 119, 180),  // backpressure + ours: blue
+    RGBColor(140, 86, 75),   // greedy + KEDA lagCount: brown
     RGBColor(148, 103, 189), // ours without producer control: purple
     RGBColor(44, 160, 44),   // ours, producers Throttle: green
 ];

@@ -28,8 +28,12 @@ impl Workers {
 pub enum Scaler {
     /// None: the scenario's initial replicas throughout.
     Static,
-    /// HPA/KEDA-like on queue age.
-    KedaLike,
+    /// KEDA with a Prometheus trigger on the first-attempt queue age, `metricType: Value`
+    /// (the HPA algorithm ported from Kubernetes, [`crate::autoscaler::hpa`]).
+    KedaQueueAge,
+    /// KEDA with a Redis Streams trigger on the consumer group's lag (`lagCount`,
+    /// `AverageValue`).
+    KedaLagCount,
     /// Ours.
     Ours,
 }
@@ -77,12 +81,12 @@ impl Policy {
     }
 }
 
-/// Greedy workers scaled by a KEDA-like autoscaler: today's common setup.
+/// Greedy workers scaled by KEDA on the queue age: today's common setup.
 pub const GREEDY_KEDA: Policy = Policy {
     key: "greedy-keda",
-    name: "greedy + KEDA-like",
+    name: "greedy + KEDA queue age (Value)",
     workers: Workers::Greedy,
-    scaler: Scaler::KedaLike,
+    scaler: Scaler::KedaQueueAge,
     producers: ProducerControl::None,
 };
 /// Backpressure workers, static replicas.
@@ -93,12 +97,12 @@ pub const BP_STATIC: Policy = Policy {
     scaler: Scaler::Static,
     producers: ProducerControl::None,
 };
-/// Backpressure workers scaled by a KEDA-like autoscaler.
+/// Backpressure workers scaled by KEDA on the queue age.
 pub const BP_KEDA: Policy = Policy {
     key: "bp-keda",
-    name: "backpressure + KEDA-like",
+    name: "backpressure + KEDA queue age (Value)",
     workers: Workers::Backpressure,
-    scaler: Scaler::KedaLike,
+    scaler: Scaler::KedaQueueAge,
     producers: ProducerControl::None,
 };
 /// Backpressure workers scaled by our operator, which also controls the producers as the
@@ -128,8 +132,18 @@ pub const BP_OURS_THROTTLE: Policy = Policy {
     producers: ProducerControl::Mode(ProducerMode::Throttle),
 };
 
-/// The four policies of the benchmark, in report order.
-pub const POLICIES: [Policy; 4] = [GREEDY_KEDA, BP_STATIC, BP_KEDA, BP_OURS];
+/// Greedy workers scaled by KEDA on the broker's lag (a Redis Streams consumer group's
+/// undelivered messages, `lagCount` per pod).
+pub const GREEDY_KEDA_LAG: Policy = Policy {
+    key: "greedy-keda-lag",
+    name: "greedy + KEDA lagCount",
+    workers: Workers::Greedy,
+    scaler: Scaler::KedaLagCount,
+    producers: ProducerControl::None,
+};
+
+/// The five policies of the benchmark, in report order.
+pub const POLICIES: [Policy; 5] = [GREEDY_KEDA, BP_STATIC, BP_KEDA, BP_OURS, GREEDY_KEDA_LAG];
 
 /// The variants of ours that also run on a scenario with a `producers` section (after
 /// [`POLICIES`]): without producer control, and in mode `Throttle` (the scenario files give
@@ -137,7 +151,7 @@ pub const POLICIES: [Policy; 4] = [GREEDY_KEDA, BP_STATIC, BP_KEDA, BP_OURS];
 pub const PRODUCER_VARIANTS: [Policy; 2] = [BP_OURS_UNGATED, BP_OURS_THROTTLE];
 
 /// The policies run on `s`: [`POLICIES`], and [`PRODUCER_VARIANTS`] when it has a `producers`
-/// section. Scenarios without one run exactly the four policies they always did.
+/// section. Scenarios without one run exactly the policies of [`POLICIES`].
 pub fn for_scenario(s: &Scenario) -> Vec<Policy> {
     let mut v = POLICIES.to_vec();
     if s.producers.is_some() {

@@ -237,6 +237,13 @@ impl Queue {
         self.fresh_len + self.retry_len
     }
 
+    /// Messages never delivered (fresh): a Redis Streams consumer group's `lag` (entries after
+    /// the group's last-delivered ID), which leaves out the messages waiting for redelivery
+    /// (in a stream's pending list).
+    pub fn undelivered(&self) -> u64 {
+        self.fresh_len
+    }
+
     /// Messages waiting for redelivery.
     pub fn retry_depth(&self) -> u64 {
         self.retry_len

@@ -768,7 +768,7 @@ pub fn markdown(results: &[ScenarioResult], prov: &Provenance) -> String {
     md
 }
 
-/// "11 scenarios × 4 policies", or with producer-control scenarios their variants too.
+/// "11 scenarios × 5 policies", or with producer-control scenarios their variants too.
 fn shape(results: &[ScenarioResult]) -> String {
     let more = results
         .iter()
@@ -1003,9 +1003,15 @@ A fixed-step (100 ms) model with exact per-message delivery counts; see the modu
   fraction), capacity may come back linearly; background failures at a fixed rate; calls take \
   longer when they succeed than when they fail. The numbers are listed per scenario below.
 - **Autoscalers**, every 15 s on metrics scraped every 15 s (rates over 60 s): \
-  *static* (the initial replicas); *KEDA-like*: the HPA algorithm on the first-attempt age with \
-  a `Value` target of 60 s, tolerance 0.1, scale-up max(+100 %, +4 pods) per 15 s, scale-down \
-  stabilization 300 s; *ours*: the operator's real `decide` (`backpressure-core`, `crates/core/src/decide/`) with the \
+  *static* (the initial replicas); *KEDA queue age (Value)*: a KEDA ScaledObject with a \
+  Prometheus trigger on the first-attempt age, `metricType: Value`, threshold 60 s \
+  (`ceil(ready pods × age / 60 s)`), and *KEDA lagCount*: a Redis Streams trigger on the \
+  consumer group's lag (messages never delivered, read from the broker at each HPA sync), \
+  `lagCount` per pod (`AverageValue`: `ceil(lag / lagCount)`, sized by Little's law as the lag \
+  one pod clears in 60 s at full concurrency unless the scenario sets `fleet.targetLag`); both \
+  through the Kubernetes HPA controller's algorithm ported from v1.35.4 with KEDA's defaults \
+  (no `behavior`: tolerance 0.1, scale-up at most max(2 × current, 4) per sync, scale-down \
+  to the highest recommendation of the last 5 min, `crates/sim/src/autoscaler/hpa/`); *ours*: the operator's real `decide` (`backpressure-core`, `crates/core/src/decide/`) with the \
   default `WorkerBackpressure` settings (hold above backoff 0.2 for 30 s, release below 0.05 for \
   60 s, ramp 25/50/75/100 % with 60 s dwell, abort above 0.2), fed back its own status and \
   called again after the `requeueAfter` it returns.

@@ -1,16 +1,17 @@
-//! Autoscalers behind one interface: none (static replicas), an HPA/KEDA-like scaler on queue
-//! age with the HPA's default behavior, and ours.
+//! Autoscalers behind one interface: none (static replicas), the KEDA comparators (KEDA's
+//! metric source and the Kubernetes HPA controller's algorithm, ported: [`hpa`]), and ours.
 //!
 //! An autoscaler sees what the operator or KEDA would see: metrics from the last Prometheus
-//! scrape (gauges at scrape time, rates over a window), and the target's replica counts. It
-//! returns the replicas it wants; the engine applies them to the fleet.
+//! scrape (gauges at scrape time, rates over a window), the broker's own counts where KEDA
+//! reads the broker directly, and the target's replica counts. It returns the replicas it
+//! wants; the engine applies them to the fleet.
 //!
 //! "Ours" is the operator's real `decide` ([`ours`]).
 
-mod hpa;
+pub mod hpa;
 pub mod ours;
 
-pub use hpa::{Hpa, HpaBehavior};
+pub use hpa::Hpa;
 pub use ours::{EPOCH_UNIX_SECONDS, Ours, spec_for, to_timestamp};
 
 use backpressure_api::v1alpha1::{Action, ProducerState, Regime};
@@ -22,8 +23,10 @@ pub struct Observation {
     pub now: f64,
     /// The target's `spec.replicas`.
     pub replicas: u32,
-    /// Ready pods.
+    /// Ready pods (`Running` with `Ready=True`).
     pub ready_pods: u32,
+    /// Pods created and not terminating, ready or not (a Deployment's `status.replicas`).
+    pub status_replicas: u32,
     /// Mean backoff factor of the ready pods at the last scrape.
     pub backoff: Option<f64>,
     /// Dependency failures per attempt over the rate window.
@@ -40,6 +43,12 @@ pub struct Observation {
     pub failure_floor: Option<f64>,
     /// When the scrape was taken (seconds).
     pub sampled_at: f64,
+    /// Messages never delivered, read from the broker at the decision (a Redis Streams
+    /// consumer group's `lag`, `XINFO GROUPS`); `None`: the read failed or is not available.
+    pub undelivered: Option<u64>,
+    /// The metrics query failed (Prometheus unreachable or answering an error), as opposed to
+    /// answering without a series (`queue_age: None`).
+    pub scrape_failed: bool,
 }
 
 /// What an autoscaler decided.

@@ -215,6 +215,7 @@ mod tests {
             completion_rate: Some(10.0 * f64::from(replicas)),
             failure_floor: None,
             sampled_at: now,
+            ..Observation::default()
         }
     }
 

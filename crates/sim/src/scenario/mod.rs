@@ -374,6 +374,10 @@ pub struct FleetSpec {
     /// The queue age the autoscalers aim for.
     #[serde(default = "default_target_age")]
     pub target_queue_age: Dur,
+    /// `lagCount` of the KEDA lagCount comparator: messages never delivered per pod. Absent:
+    /// [`Scenario::lag_count`]'s sizing from the target age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_lag: Option<u64>,
 }
 
 fn default_startup() -> Dur {
@@ -547,7 +551,8 @@ pub enum TargetMetric {
     Goodput,
     /// Fleet failure rate over the incident window divided by the set point.
     FailureRateOverSetPoint,
-    /// Max first-attempt queue age divided by that of the KEDA-like policy with greedy workers.
+    /// Max first-attempt queue age divided by that of greedy workers with KEDA on the queue
+    /// age (`greedy-keda`).
     MaxAgeVsKeda,
     /// Replicas added during the incident window.
     ReplicasAddedDuringIncident,
@@ -575,10 +580,11 @@ pub enum TargetMetric {
     HeldWithHeadroomPerHour,
     /// Seconds held after the end of the incident while the dependency had headroom.
     HeldWithHeadroomAfterRecovery,
-    /// Messages completed divided by those completed under backpressure + KEDA-like (the same
-    /// workers under an autoscaler that looks at the backlog only).
+    /// Messages completed divided by those completed under backpressure + KEDA queue age
+    /// (`bp-keda`: the same workers under an autoscaler that looks at the backlog only).
     CompletedVsBacklogOnly,
-    /// DLQ per failed attempt divided by that of greedy + KEDA-like (0 when both are 0).
+    /// DLQ per failed attempt divided by that of greedy + KEDA queue age (`greedy-keda`; 0 when
+    /// both are 0).
     DlqPerFailedAttemptVsGreedy,
     /// DLQ messages minus those of backpressure + static (the same workers, no autoscaler).
     DlqVsStatic,
@@ -678,6 +684,19 @@ impl Scenario {
         paths.iter().map(|p| Scenario::load(p)).collect()
     }
 
+    /// `lagCount` for the KEDA lagCount comparator: `fleet.targetLag`, or what a user would
+    /// size from the target age by Little's law: the lag one pod clears in `targetQueueAge` at
+    /// full concurrency, `targetQueueAge × maxPermits / (processing + latency)` (mean times),
+    /// rounded, at least 1.
+    pub fn lag_count(&self) -> i64 {
+        if let Some(lag) = self.fleet.target_lag {
+            return i64::try_from(lag).unwrap_or(i64::MAX).max(1);
+        }
+        let service = self.workers.processing.mean.secs() + self.dependency.latency.mean.secs();
+        let per_pod = f64::from(self.workers.max_permits) / service.max(1e-3);
+        ((self.fleet.target_queue_age.secs() * per_pod).round() as i64).max(1)
+    }
+
     fn invalid(&self, field: &'static str, reason: impl Into<String>) -> ScenarioError {
         ScenarioError::Invalid {
             name: self.name.clone(),
@@ -738,6 +757,9 @@ impl Scenario {
         }
         if !pos(f.target_queue_age.0) {
             return Err(self.invalid("fleet.targetQueueAge", "must be > 0"));
+        }
+        if f.target_lag == Some(0) {
+            return Err(self.invalid("fleet.targetLag", "must be >= 1"));
         }
         let d = &self.dependency;
         let caps = std::iter::once(d.capacity).chain(d.capacity_steps.iter().map(|s| s.capacity));

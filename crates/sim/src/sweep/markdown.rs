@@ -214,11 +214,11 @@ pub fn markdown(sweep: &Sweep, prov: &Provenance) -> String {
          scenario runs with {} seeds, its file's seed `s` to `s + {}`: the seed drives the \
          Poisson arrivals, latencies, the dependency's failure draws, each pod's controller and \
          the timing, length and depth of intermittent error spikes; steps, surges and hard or \
-         partial outages stay where the file puts them. All four policies run on every seed \
+         partial outages stay where the file puts them. All five policies run on every seed \
          (on a scenario with producer control also two variants of ours: without it, and in \
          mode Throttle): the targets below are about ours unless they name a variant (values \
          and verdicts come from the same code as the report's, `report::target_value` and \
-         `report::target_met`); the other three are measured with the same metrics in the \
+         `report::target_met`); the other four are measured with the same metrics in the \
          section [Against the other policies, on the same seeds](#against-the-other-policies-on-the-same-seeds).\n",
         prov.command,
         sweep.seeds,
