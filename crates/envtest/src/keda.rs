@@ -234,7 +234,10 @@ impl TestEnv {
                 format!("--lister-kubeconfig={kubeconfig}"),
                 format!("--authentication-kubeconfig={kubeconfig}"),
                 format!("--authorization-kubeconfig={kubeconfig}"),
-                "--zap-log-level=info".into(),
+                // Debug: one line per metric served ("Receiving metrics", with the values),
+                // which the lab pairs with the HPA's syncs to record traces.
+                "--zap-log-level=debug".into(),
+                "--zap-time-encoding=rfc3339nano".into(),
             ],
             &env,
             &self.dir.join("keda-adapter.log"),
@@ -290,8 +293,9 @@ impl TestEnv {
         )
     }
 
-    /// [`TestEnv::start_controller_manager`] with the HPA controller's `flags` (the lab: its
-    /// comparison's HPA runs on the scenario's time scale). Idempotent.
+    /// [`TestEnv::start_controller_manager`] with the HPA controller apart, started by
+    /// [`TestEnv::start_hpa_controller`] with `flags` (the lab: its comparison's HPA runs on
+    /// the scenario's time scale, and its decisions are logged for traces). Idempotent.
     pub fn start_controller_manager_with_hpa(
         &self,
         flags: &HpaControllerFlags,
@@ -299,9 +303,21 @@ impl TestEnv {
         self.start_kcm_with(
             &self.controller_manager,
             "kube-controller-manager",
-            crate::WORKLOAD_CONTROLLERS,
-            &flags.args(),
-        )
+            &format!("{},-horizontalpodautoscaling", crate::WORKLOAD_CONTROLLERS),
+            &[],
+        )?;
+        self.start_hpa_controller(flags)
+    }
+
+    /// The HPA controller's log (`-v=4`: one "Proposing desired replicas" line per sync and
+    /// HPA, then "Successfully rescaled" or "Decided not to scale").
+    pub fn hpa_controller_log(&self) -> PathBuf {
+        self.dir.join("hpa-controller.log")
+    }
+
+    /// KEDA's metrics adapter log (debug: one "Receiving metrics" line per metric served).
+    pub fn keda_adapter_log(&self) -> PathBuf {
+        self.dir.join("keda-adapter.log")
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod dependency;
+pub mod hpa_trace;
 pub mod kubelet;
 pub mod operator;
 pub mod plot;

@@ -95,6 +95,57 @@ pub(super) async fn start(
     Ok(())
 }
 
+/// The real HPA's decisions in this run as a trace for the simulator's port (see
+/// [`crate::hpa_trace`]).
+pub(super) fn trace(
+    sc: &Scenario,
+    env: &backpressure_envtest::TestEnv,
+    observed: &crate::hpa_trace::Observed,
+    t0_unix: f64,
+) -> Value {
+    let (min, max) = sc.replica_bounds();
+    let (target_type, target_milli) = match sc.keda.trigger {
+        KedaTrigger::QueueAge => (
+            "Value",
+            (sc.keda.target_queue_age.secs() * 1000.0).round() as i64,
+        ),
+        KedaTrigger::LagCount => ("AverageValue", i64::from(sc.keda.lag_count) * 1000),
+    };
+    let cfg = crate::hpa_trace::TraceConfig {
+        min: min.max(1),
+        max,
+        target_type,
+        target_milli,
+        tolerance: sc.keda.tolerance,
+        downscale_secs: sc.keda.downscale_stabilization.secs(),
+        source: format!(
+            "recorded by backpressure-lab ({}, {}): kube-controller-manager {} HPA controller, KEDA {}",
+            sc.name,
+            sc.keda.trigger.label(),
+            backpressure_envtest::KUBERNETES_VERSION,
+            backpressure_envtest::KEDA_VERSION
+        ),
+        description: format!(
+            "The HPA KEDA created for the lab's comparison run of scenario {}: every sync of \
+             the HPA controller (sync period {}s), the metric KEDA's adapter served for it, the \
+             pods the lab saw ready, and the replicas the controller left.",
+            sc.name,
+            sc.keda.sync_period.secs()
+        ),
+    };
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+    crate::hpa_trace::build(
+        &cfg,
+        &read(env.hpa_controller_log()),
+        &read(env.keda_adapter_log()),
+        observed,
+        KEDA_RUN_NS,
+        &format!("keda-hpa-{SCALED_OBJECT}"),
+        SCALED_OBJECT,
+        t0_unix,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

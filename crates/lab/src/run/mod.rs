@@ -488,6 +488,8 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             .await
             .map_err(|e| LabError::Other(format!("the comparison's ScaledObject: {e}")))?;
     }
+    let (observed, watch_tasks) =
+        crate::hpa_trace::Observed::watch(client.clone(), KEDA_RUN_NS, &workload);
 
     // Record until the end (or Ctrl-C).
     let total = sc.duration.0;
@@ -539,6 +541,15 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     }
     say(show, "lab: stopping workers ...");
     kubelet.shutdown().await;
+    for t in watch_tasks {
+        t.abort();
+    }
+    let t0_unix = start_unix_ms.get().map_or(0.0, |ms| *ms as f64 / 1000.0);
+    let trace = comparator::trace(&sc, cluster.env(), &observed, t0_unix);
+    std::fs::write(
+        out.join("hpa-trace.json"),
+        serde_json::to_vec_pretty(&trace).map_err(|e| LabError::Other(e.to_string()))?,
+    )?;
     for r in runs.iter_mut() {
         let producers = r.producer_stats.as_deref().map(sampling::producer_stats);
         if let Ok(st) = r.queue.stats().await
