@@ -128,6 +128,9 @@ struct Decision {
     t: f64,
     current: i32,
     desired: i32,
+    /// The replica calculator's result the controller logged before it ("Proposing desired
+    /// replicas"), absent for the special cases that skip the metric.
+    proposed: Option<i32>,
 }
 
 /// The metric the adapter served at `t` (milli-units; `None` if it served an error or nothing).
@@ -180,11 +183,19 @@ fn klog_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 fn decisions(log: &str, namespace: &str, hpa: &str, year: i32) -> Vec<Decision> {
     let key = format!("{namespace}/{hpa}");
     let mut out = Vec::new();
+    let mut proposed = None;
     for line in log.lines() {
         let Some(t) = klog_time(line, year) else {
             continue;
         };
-        if line.contains("\"Successfully rescaled\"") && klog_field(line, "HPA") == Some(&key) {
+        if line.contains("\"Proposing desired replicas\"")
+            && klog_field(line, "scaleTarget")
+                .is_some_and(|s| s.contains(&format!("/{namespace}/")))
+        {
+            proposed = klog_field(line, "desiredReplicas").and_then(|v| v.parse().ok());
+        } else if line.contains("\"Successfully rescaled\"")
+            && klog_field(line, "HPA") == Some(&key)
+        {
             if let (Some(c), Some(d)) = (
                 klog_field(line, "currentReplicas").and_then(|v| v.parse().ok()),
                 klog_field(line, "desiredReplicas").and_then(|v| v.parse().ok()),
@@ -193,6 +204,7 @@ fn decisions(log: &str, namespace: &str, hpa: &str, year: i32) -> Vec<Decision> 
                     t,
                     current: c,
                     desired: d,
+                    proposed: proposed.take(),
                 });
             }
         } else if line.contains("\"Decided not to scale\"")
@@ -204,23 +216,40 @@ fn decisions(log: &str, namespace: &str, hpa: &str, year: i32) -> Vec<Decision> 
                 t,
                 current: d,
                 desired: d,
+                proposed: proposed.take(),
             });
         }
     }
     out
 }
 
-/// A quantity as KEDA serves it (`12500m`, `12`, `1k`) in milli-units.
+/// A quantity as KEDA serves it (`23.361`, `12500m`, `12`, `1k`) in milli-units (decimals
+/// past the third are cut: KEDA rounds to milli-units before serving).
 fn quantity_milli(q: &str) -> Option<i64> {
     if let Some(m) = q.strip_suffix('m') {
         return m.parse().ok();
     }
-    let (num, mult) = match q.chars().last()? {
-        'k' => (&q[..q.len() - 1], 1_000_000i64),
-        'M' => (&q[..q.len() - 1], 1_000_000_000i64),
-        _ => (q, 1000i64),
+    let (num, scale) = match q.chars().last()? {
+        'k' => (&q[..q.len() - 1], 1_000i64),
+        'M' => (&q[..q.len() - 1], 1_000_000i64),
+        'G' => (&q[..q.len() - 1], 1_000_000_000i64),
+        _ => (q, 1i64),
     };
-    num.parse::<i64>().ok().map(|n| n * mult)
+    let (neg, num) = match num.strip_prefix('-') {
+        Some(n) => (true, n),
+        None => (false, num),
+    };
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    let int: i64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    if !frac.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let frac3: String = frac.chars().chain("000".chars()).take(3).collect();
+    let milli = int
+        .checked_mul(1000)?
+        .checked_add(frac3.parse::<i64>().ok()?)?;
+    let v = milli.checked_mul(scale)?;
+    Some(if neg { -v } else { v })
 }
 
 /// The metrics the adapter served for ScaledObject `namespace/name`.
@@ -302,14 +331,18 @@ pub fn build(
         prev_t = d.t;
         let ready = value_at(&observed.ready, m.t).unwrap_or(0);
         let status = value_at(&observed.status, m.t).unwrap_or(0);
-        steps.push(json!({
+        let mut step = json!({
             "t": ((d.t - t0) * 1e6).round() / 1e6,
             "specReplicas": d.current,
             "statusReplicas": status,
             "readyPods": ready,
             "metric": m.milli,
             "desired": d.desired,
-        }));
+        });
+        if let Some(p) = d.proposed {
+            step["proposed"] = json!(p);
+        }
+        steps.push(step);
     }
     json!({
         "source": cfg.source,
@@ -369,6 +402,11 @@ mod tests {
         assert_eq!(s[0].milli, Some(12500));
         assert_eq!(s[1].milli, Some(3000));
         assert_eq!(quantity_milli("2k"), Some(2_000_000));
+        assert_eq!(quantity_milli("23.361"), Some(23_361));
+        assert_eq!(quantity_milli("0.059"), Some(59));
+        assert_eq!(quantity_milli("0.5"), Some(500));
+        assert_eq!(quantity_milli("1.5k"), Some(1_500_000));
+        assert_eq!(quantity_milli("x"), None);
     }
 
     #[test]

@@ -56,3 +56,30 @@ fn an_invalid_configuration_is_an_error_not_a_mismatch() {
     t.hpa.max_replicas = 0;
     assert!(matches!(trace::replay(&t), Err(ReplayError::Spec(_))));
 }
+
+#[test]
+fn a_recorded_trace_of_the_real_hpa_is_committed_and_checks_its_proposals() {
+    let recorded: Vec<_> = trace::files(Path::new(TRACES))
+        .unwrap()
+        .into_iter()
+        .map(|p| trace::load(&p).unwrap())
+        .filter(|t| t.source.starts_with("recorded by backpressure-lab"))
+        .collect();
+    assert!(
+        !recorded.is_empty(),
+        "no trace recorded from the real HPA controller"
+    );
+    for good in recorded {
+        let k = good
+            .steps
+            .iter()
+            .position(|s| s.proposed.is_some_and(|p| p > 2))
+            .expect("a recorded trace where the controller proposed a scale-out");
+        let mut bad = good.clone();
+        bad.steps[k].proposed = bad.steps[k].proposed.map(|p| p + 1);
+        match trace::replay(&bad) {
+            Err(ReplayError::Proposal { step, .. }) => assert_eq!(step, k),
+            other => panic!("step {k}: {other:?}"),
+        }
+    }
+}

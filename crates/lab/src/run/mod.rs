@@ -544,6 +544,18 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     for t in watch_tasks {
         t.abort();
     }
+    // The comparison's control plane logs go with the run (the control plane's directory is
+    // removed when the lab exits).
+    for (from, name) in [
+        (cluster.env().hpa_controller_log(), "hpa-controller.log"),
+        (cluster.env().keda_adapter_log(), "keda-adapter.log"),
+        (
+            cluster.env().dir().join("keda-operator.log"),
+            "keda-operator.log",
+        ),
+    ] {
+        let _ = std::fs::copy(from, logs.join(name));
+    }
     let t0_unix = start_unix_ms.get().map_or(0.0, |ms| *ms as f64 / 1000.0);
     let trace = comparator::trace(&sc, cluster.env(), &observed, t0_unix);
     std::fs::write(

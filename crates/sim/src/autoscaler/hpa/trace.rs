@@ -33,7 +33,8 @@
 //! - `steps[].t`: seconds; `metric`: the external metric's value in milli-units as the
 //!   metrics API served it, `null` when the fetch failed; `desired`: `scale.spec.replicas`
 //!   after the sync (the current replicas when the HPA did not scale); `note`: optional, free
-//!   text.
+//!   text; `proposed`: optional, the replica calculator's result the controller logged,
+//!   checked as well.
 
 use std::path::{Path, PathBuf};
 
@@ -100,6 +101,10 @@ pub struct Step {
     pub metric: Option<i64>,
     /// `scale.spec.replicas` after the sync.
     pub desired: i32,
+    /// The replica calculator's proposal the controller logged ("Proposing desired replicas",
+    /// `metricDesiredReplicas`), when the trace has it: checked too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposed: Option<i32>,
     /// Where the expectation comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -184,6 +189,27 @@ pub enum ReplayError {
     /// A step disagrees.
     #[error("{0}")]
     Mismatch(Box<Mismatch>),
+    /// A step's replica calculation disagrees with the proposal the controller logged.
+    #[error(
+        "step {step} (t={t}s, specReplicas={spec}, readyPods={ready}, metric={metric:?}m): \
+         the controller proposed {expected}, the port {got:?}"
+    )]
+    Proposal {
+        /// Index of the step.
+        step: usize,
+        /// Its time.
+        t: f64,
+        /// Its `specReplicas`.
+        spec: i32,
+        /// Its `readyPods`.
+        ready: i32,
+        /// Its metric.
+        metric: Option<i64>,
+        /// The logged proposal.
+        expected: i32,
+        /// The port's `metric_desired`.
+        got: Option<i32>,
+    },
     /// The file could not be read.
     #[error("reading {path}: {source}")]
     Io {
@@ -211,6 +237,19 @@ pub fn replay(trace: &Trace) -> Result<(), ReplayError> {
     }
     for (i, step) in trace.steps.iter().enumerate() {
         let got = hpa.reconcile(&step.input());
+        if let Some(expected) = step.proposed
+            && got.metric_desired != Some(expected)
+        {
+            return Err(ReplayError::Proposal {
+                step: i,
+                t: step.t,
+                spec: step.spec_replicas,
+                ready: step.ready_pods,
+                metric: step.metric,
+                expected,
+                got: got.metric_desired,
+            });
+        }
         if got.desired != step.desired {
             return Err(ReplayError::Mismatch(Box::new(Mismatch {
                 step: i,
