@@ -1,9 +1,9 @@
 //! End-to-end scenarios with real processes (minutes each): `make e2e` runs them with
 //! `cargo test -p backpressure-lab --test e2e -- --ignored --test-threads=1`.
 //!
-//! Each test runs a bundled scenario through the operator and the queue-age scaler side by side
+//! Each test runs a bundled scenario through the operator and the KEDA side by side
 //! and asserts the scenario's checks from the recorded data (see `record::checks`): the
-//! operator holds during an outage while the queue-age scaler grows, the dependency load stays
+//! operator holds during an outage while the KEDA grows, the dependency load stays
 //! within 1.1x its capacity while the backlog drains, the operator dead-letters less, the
 //! operator scales out for a genuine surge, and no message is lost in either run; under a
 //! load-independent partial failure the operator completes >= 90 % of what the dependency
