@@ -28,7 +28,7 @@ fn comparison_markdown(md: &mut String, sweep: &Sweep) {
     let _ = writeln!(md, "\n## Against the other policies, on the same seeds\n");
     let _ = writeln!(
         md,
-        "The targets are about our policy; the other three policies ran on the same seeds and \
+        "The targets are about our policy; the other policies ran on the same seeds and \
          are measured with the same metric (`report::policy_value`, of which \
          `report::target_value` is our column). Each cell: median / worst (seed) / seeds on \
          which that policy's value would meet our target. \"—\": the metric is a state of our \
