@@ -93,6 +93,18 @@ fn milli(q: &str) -> Option<f64> {
     }
 }
 
+/// `spec.behavior.scaleUp.selectPolicy` of KEDA's HPA `keda-hpa-w` (`None` outside: the HPA
+/// does not exist yet; `Some(None)`: no policy set).
+async fn scale_up_policy(hpas: &Api<HorizontalPodAutoscaler>) -> Option<Option<String>> {
+    let hpa = hpas.get("keda-hpa-w").await.ok()?;
+    Some(
+        hpa.spec?
+            .behavior
+            .and_then(|b| b.scale_up)
+            .and_then(|u| u.select_policy),
+    )
+}
+
 fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj["metadata"]["annotations"]
         .get(key)
@@ -172,18 +184,10 @@ async fn real_keda_is_paused_during_the_outage_and_scales_out_after_the_release(
         diag,
         || async {
             let so = serde_json::to_value(sos.get("w").await.ok()?).unwrap();
-            let hpa = hpas.get("keda-hpa-w").await.ok()?;
-            let up = hpa
-                .spec
-                .as_ref()?
-                .behavior
-                .as_ref()?
-                .scale_up
-                .as_ref()?
-                .select_policy
-                .clone()?;
-            (annotation(&so, KEDA_PAUSED_SCALE_OUT) == Some("true") && up == "Disabled")
-                .then_some(())
+            let up = scale_up_policy(&hpas).await?;
+            (annotation(&so, KEDA_PAUSED_SCALE_OUT) == Some("true")
+                && up.as_deref() == Some("Disabled"))
+            .then_some(())
         },
     )
     .await;
@@ -261,14 +265,7 @@ async fn real_keda_is_paused_during_the_outage_and_scales_out_after_the_release(
         diag,
         || async {
             let so = serde_json::to_value(sos.get("w").await.ok()?).unwrap();
-            let hpa = hpas.get("keda-hpa-w").await.ok()?;
-            let up = hpa
-                .spec
-                .as_ref()?
-                .behavior
-                .as_ref()
-                .and_then(|b| b.scale_up.as_ref())
-                .and_then(|u| u.select_policy.clone());
+            let up = scale_up_policy(&hpas).await?;
             let s = w.status().await;
             let released = condition(&s, "GuardApplied").is_some_and(|c| c.reason == "NotClamped");
             (annotation(&so, KEDA_PAUSED_SCALE_OUT).is_none()
