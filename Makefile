@@ -94,9 +94,18 @@ define run_e2e
 endef
 
 .PHONY: test
-test: deps k8s-bins lint manifests ## Install what is needed, lint, and run every test against real components (incl. e2e)
+test: deps k8s-bins lint manifests sdk-test ## Install what is needed, lint, and run every test against real components (incl. e2e)
 	BP_K8S_BIN=$(K8S_BIN) $(CARGO) test --workspace --locked --no-fail-fast
 	$(call run_e2e,--skip partial_failure)
+
+# The SDKs in other languages (sdk/<language>/): each has a test.sh that installs its ecosystem's
+# dependencies (Go modules, a Python venv, npm packages) and runs its own test runner, the golden
+# vectors of conformance/vectors included.
+SDKS :=
+
+.PHONY: sdk-test
+sdk-test: ## The Go, Python and TypeScript SDKs' own test runners (go test, pytest, node --test)
+	@for s in $(SDKS); do echo "sdk-test: sdk/$$s"; sdk/$$s/test.sh; done
 
 .PHONY: demo
 demo: deps k8s-bins ## Run the lab's default scenario with real processes
