@@ -647,16 +647,22 @@ pub(crate) fn earliest(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
     }
 }
 
-/// SplitMix64: a tiny, seedable, allocation-free generator for probe jitter.
+/// SplitMix64: a tiny, seedable, allocation-free generator for probe jitter (the one the
+/// controllers' probe schedule draws from; `docs/wire-contract/controller.md` specifies it for
+/// other implementations). Public so that the golden-vector generator
+/// (`backpressure-conformance`) can draw its outcome sequences from the same generator.
 #[derive(Clone, Debug)]
-pub(crate) struct SplitMix64(u64);
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
-    pub(crate) fn new(seed: u64) -> Self {
+    /// A generator whose state is `seed`.
+    pub fn new(seed: u64) -> Self {
         SplitMix64(seed)
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    /// The next 64 random bits: the state grows by `0x9E3779B97F4A7C15` (wrapping) and is
+    /// mixed by the SplitMix64 finalizer.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -664,8 +670,8 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    /// Uniform in [0,1).
-    pub(crate) fn next_f64(&mut self) -> f64 {
+    /// Uniform in [0,1): the top 53 bits of [`SplitMix64::next_u64`] divided by 2^53.
+    pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
