@@ -715,7 +715,7 @@ fn brake_expiry_gentle_lift() -> Case {
 fn brake_lowered_then_removed() -> Case {
     let mut r = Run::new(
         "brake-lowered-then-removed",
-        "brakeReleaseMs 20000, offset 4 s: a brake of 0.9 lowered to 0.4 falls from 0.9 after the offset; removed while still falling, the same fall goes on down to 0.",
+        "brakeReleaseMs 20000, offset 4 s: a brake of 0.9 lowered to 0.4 is held at 0.9 for the offset, then falls by 1 per 20 s; removed while falling (the 0.4 brake itself still in force), the level reached is held for the offset again and then falls to 0.",
         83,
         s(4),
         WorkerConfig {

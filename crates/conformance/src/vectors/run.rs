@@ -62,7 +62,7 @@ impl Run {
             controller,
             brake: None,
             t: t.as_nanos(),
-            rng: SplitMix64::new(seed ^ 0x5EED_0F_0C7C_0E5u64),
+            rng: SplitMix64::new(seed ^ 0x0005_EED0_F0C7_C0E5_u64),
             running: config,
             generation: 1,
         }
