@@ -100,6 +100,7 @@ pub(super) fn all() -> Vec<Case> {
         algorithm_set_point_to_ratio(),
         algorithm_ratio_to_set_point(),
         algorithm_fixed_off_round_trip(),
+        algorithm_change_under_brake(),
     ]
 }
 
@@ -882,5 +883,30 @@ fn algorithm_fixed_off_round_trip() -> Case {
         .reconfigure(|c| c.algorithm = Algorithm::SetPoint);
     r.permits(1);
     r.record_n(10, Dep).permits(0);
+    r.finish()
+}
+
+fn algorithm_change_under_brake() -> Case {
+    let mut r = Run::new(
+        "algorithm-change-under-brake",
+        "The backoff carried into a rebuilt SetPoint is the old controller's backoff including an active brake: RatioThrottle (own backoff 0) under a brake of 0.5 becomes a SetPoint whose integrator starts at 0.5, which stays after the brake is removed (instantly: brakeReleaseMs 0) and falls only with successes.",
+        113,
+        ms(0),
+        WorkerConfig {
+            algorithm: Algorithm::RatioThrottle,
+            brake_release_ms: Some(0),
+            ..steady()
+        },
+        s(1),
+    );
+    r.permits(0);
+    r.record_n(5, Ok_).permits(0);
+    r.after(s(1)).reconfigure(|c| c.brake = brake(0.5, None));
+    r.after(s(1))
+        .reconfigure(|c| c.algorithm = Algorithm::SetPoint);
+    r.permits(0);
+    r.after(s(1)).reconfigure(|c| c.brake = None);
+    r.permits(0);
+    r.record_n(20, Ok_).permits(0);
     r.finish()
 }

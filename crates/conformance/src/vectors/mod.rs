@@ -8,6 +8,7 @@
 //! they are plain data.
 
 mod cases;
+mod replay;
 mod run;
 
 use std::fmt::Write as _;
@@ -15,6 +16,7 @@ use std::fmt::Write as _;
 use backpressure_api::wire::WorkerConfig;
 use serde::Serialize;
 
+pub use replay::{Mismatch, ReplayError, Replayed, replay};
 pub use run::Run;
 
 /// The `format` of `controller.json`.
