@@ -88,6 +88,7 @@ pub(super) fn all() -> Vec<Case> {
         ratio_throttle_window(),
         ratio_throttle_probe_slow_start(),
         ratio_throttle_reconfigure(),
+        ratio_throttle_reconfigure_while_probing(),
         fixed(),
         off(),
         brake_partial(),
@@ -600,6 +601,39 @@ fn ratio_throttle_reconfigure() -> Case {
         .reconfigure(|c| c.ratio_window_ms = Some(10_000));
     r.permits(0);
     r.after(ms(500)).record_n(3, Dep).permits(0);
+    r.finish()
+}
+
+fn ratio_throttle_reconfigure_while_probing() -> Case {
+    let mut r = Run::new(
+        "ratio-throttle-reconfigure-while-probing",
+        "RatioThrottle, maxPermits 4: an outage, a probe, a slow start to 4 permits, a second outage; a reconfigure while probing (slowStartLimit still at maxPermits) passes through normal and re-enters probing, restarting the probe schedule (a new jittered wait from probeInitialMs).",
+        127,
+        ms(0),
+        WorkerConfig {
+            algorithm: Algorithm::RatioThrottle,
+            max_permits: 4,
+            ..steady()
+        },
+        s(1),
+    );
+    r.serve(s(4), ms(250), u32::MAX, &mut bernoulli(1.0, 0.0), |_| false);
+    r.serve(s(14), ms(250), u32::MAX, &mut healthy(), |r| {
+        r.mode() == Mode::Normal
+    });
+    let until = r.now() + s(3);
+    r.serve(until, ms(250), u32::MAX, &mut bernoulli(1.0, 0.0), |_| {
+        false
+    });
+    r.reconfigure(|c| c.probe_max_ms = 30_000);
+    // Wake at every change (bin starts, the probe) until the probe is granted.
+    for _ in 0..40 {
+        let Some(next) = r.next_change() else { break };
+        if r.at(next).permits(0) == 1 {
+            break;
+        }
+    }
+    r.after(ms(100)).record(Ok_).permits(0);
     r.finish()
 }
 
