@@ -74,6 +74,7 @@ pub(super) fn all() -> Vec<Case> {
         set_point_probing_intervals(),
         set_point_probe_success_slow_start(),
         set_point_slow_start_interrupted(),
+        set_point_peak_and_ssthresh(),
         set_point_probe_message_failure_and_empty_poll(),
         set_point_overload_then_recovery(),
         set_point_failure_floor_learned(),
@@ -285,6 +286,29 @@ fn set_point_slow_start_interrupted() -> Case {
     r.finish()
 }
 
+fn set_point_peak_and_ssthresh() -> Case {
+    let mut r = Run::new(
+        "set-point-peak-and-ssthresh",
+        "The remembered peak of permits decays by one permit per 3 s and is raised to the limit at every outcome recorded in normal mode (a message failure too: here it keeps the peak at 8 after 30 s of decay); entering probing sets ssthresh = max(2, floor(peak/2)) = 4, where slow start ends.",
+        131,
+        ms(0),
+        steady(),
+        s(1),
+    );
+    r.permits(0);
+    r.record_n(30, Dep).permits(0);
+    r.after(s(30)).record(Msg).permits(0);
+    r.record_n(12, Dep).permits(0);
+    let due = r.next_change().unwrap_or(r.now());
+    r.at(due).permits(0);
+    r.after(ms(50)).record(Ok_).permits(0);
+    while r.mode() == Mode::SlowStart {
+        r.record(Ok_);
+    }
+    r.permits(0);
+    r.finish()
+}
+
 fn set_point_probe_message_failure_and_empty_poll() -> Case {
     let mut r = Run::new(
         "set-point-probe-message-failure-and-empty-poll",
@@ -393,7 +417,7 @@ fn set_point_floor_off() -> Case {
 fn set_point_reconfigure() -> Case {
     let mut r = Run::new(
         "set-point-reconfigure",
-        "Reconfigure in place keeps the integrator: setPoint (new step sizes), maxPermits down and up (limit and peak follow), reaction; probe bounds changed while probing clamp the current interval.",
+        "Reconfigure in place keeps the integrator: setPoint (new step sizes), maxPermits down and up (limit and peak follow), reaction; probe bounds changed while probing clamp the current interval (down to a lower maximum, up to a higher initial) without moving the probe already scheduled.",
         43,
         ms(0),
         steady(),
@@ -419,6 +443,18 @@ fn set_point_reconfigure() -> Case {
         r.at(due).permits(0);
         r.after(ms(10)).record(Dep);
     }
+    // Bounds above the current interval (1 s): it is clamped up to the new initial 3 s, so
+    // the next failed probe waits 6 s x U[0.5, 1).
+    r.after(ms(10)).reconfigure(|c| {
+        c.probe_initial_ms = 3000;
+        c.probe_max_ms = 20_000;
+    });
+    let due = r.next_change().unwrap_or(r.now());
+    r.at(due).permits(0);
+    r.after(ms(10)).record(Dep).permits(0);
+    let due = r.next_change().unwrap_or(r.now());
+    r.at(due - Nanos(1)).permits(0);
+    r.at(due).permits(0);
     r.after(ms(10)).reconfigure(|c| {
         c.set_point = 0.05;
         c.max_permits = 4;
