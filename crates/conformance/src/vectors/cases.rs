@@ -62,6 +62,17 @@ fn capacity(capacity: u32) -> impl FnMut(&mut SplitMix64, u32) -> Outcome {
     }
 }
 
+/// Wakes at every change the controller announces (bin starts, the probe) with a `permits`
+/// step, until a probe is granted.
+fn wake_until_probe(r: &mut Run) {
+    for _ in 0..100 {
+        let Some(next) = r.next_change() else { break };
+        if r.at(next).permits(0) == 1 {
+            break;
+        }
+    }
+}
+
 /// Every case, in file order.
 pub(super) fn all() -> Vec<Case> {
     vec![
@@ -90,6 +101,7 @@ pub(super) fn all() -> Vec<Case> {
         ratio_throttle_probe_slow_start(),
         ratio_throttle_reconfigure(),
         ratio_throttle_reconfigure_while_probing(),
+        ratio_throttle_probe_outcomes(),
         fixed(),
         off(),
         brake_partial(),
@@ -358,7 +370,7 @@ fn set_point_overload_then_recovery() -> Case {
 fn set_point_failure_floor_learned() -> Case {
     let mut r = Run::new(
         "set-point-failure-floor-learned",
-        "A dependency that fails 20 % of calls whatever the load, from a fresh start (initialPermits 2): the startup window stays low (experiments), floorEstimate is null while the test is inconclusive, the backoff reaches 1, probes and slow starts add experiments, and once the failure fraction at minimal concurrency is significantly above the set point and the moving average exceeds 1.5 s a floor is adopted (failureFloor and floorEstimate > 0) and the effective set point rises.",
+        "A dependency that fails 20 % of calls whatever the load, from a fresh start (initialPermits 2): the startup window stays low (experiments), floorEstimate is null while the test is inconclusive, the backoff reaches 1, probes and slow starts add experiments, and once the failure fraction at minimal concurrency is significantly above the set point and the moving average exceeds 1.5 s a floor is adopted (failureFloor and floorEstimate > 0) and the effective set point rises; 20 minutes later the floor is still kept (hysteresis: its candidate is above the set point though the decayed experiments no longer pass the test); a lower floorMax caps it and a set point above it ends it.",
         31,
         ms(0),
         WorkerConfig::default(),
@@ -371,6 +383,14 @@ fn set_point_failure_floor_learned() -> Case {
     r.serve(until, ms(200), u32::MAX, &mut bernoulli(0.2, 0.0), |_| {
         false
     });
+    // 20 minutes later the experiments have decayed below 30 (no longer significant): the
+    // floor is kept while min(fExp, fAvg, floorMax) stays above the set point (hysteresis).
+    r.after(s(1200)).record(Ok_).permits(0);
+    // A lower floorMax caps the floor; a set point at or above it ends the floor.
+    r.after(ms(100)).reconfigure(|c| c.floor_max = Some(0.08));
+    r.record(Ok_).permits(0);
+    r.after(ms(100)).reconfigure(|c| c.set_point = 0.1);
+    r.record(Ok_).record(Dep).permits(0);
     r.finish()
 }
 
@@ -662,14 +682,34 @@ fn ratio_throttle_reconfigure_while_probing() -> Case {
         false
     });
     r.reconfigure(|c| c.probe_max_ms = 30_000);
-    // Wake at every change (bin starts, the probe) until the probe is granted.
-    for _ in 0..40 {
-        let Some(next) = r.next_change() else { break };
-        if r.at(next).permits(0) == 1 {
-            break;
-        }
-    }
+    wake_until_probe(&mut r);
     r.after(ms(100)).record(Ok_).permits(0);
+    r.finish()
+}
+
+fn ratio_throttle_probe_outcomes() -> Case {
+    let mut r = Run::new(
+        "ratio-throttle-probe-outcomes",
+        "RatioThrottle probing: a probe that ends in a message failure is added to the window as accepted (the backoff falls) and the next probe may go at once; an empty poll (releaseUnused) disarms the grant; a failed probe is added to the window and doubles the interval; a successful probe clears the window; a dependency failure in slow start returns to normal.",
+        137,
+        ms(0),
+        WorkerConfig {
+            algorithm: Algorithm::RatioThrottle,
+            max_permits: 4,
+            ..steady()
+        },
+        s(1),
+    );
+    r.permits(0);
+    r.record_n(6, Dep).permits(0);
+    wake_until_probe(&mut r);
+    r.after(ms(30)).record(Msg).permits(0);
+    r.release(1).permits(0);
+    r.after(ms(30)).record(Dep).permits(0);
+    wake_until_probe(&mut r);
+    r.after(ms(30)).record(Ok_).permits(0);
+    r.record(Ok_).permits(1);
+    r.after(ms(30)).record(Dep).permits(0);
     r.finish()
 }
 
