@@ -44,13 +44,16 @@ fn run_vectors(dir: &Path, check: bool) -> Result<ExitCode> {
     let text = vectors::render(&vectors::generate())?;
     let path = dir.join(vectors::FILE_NAME);
     if check {
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        if committed == text {
-            println!("{}: up to date", path.display());
-            return Ok(ExitCode::SUCCESS);
-        }
+        let state = match std::fs::read_to_string(&path) {
+            Ok(committed) if committed == text => {
+                println!("{}: up to date", path.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            Ok(_) => "differs from the generator".to_owned(),
+            Err(e) => format!("cannot be read ({e})"),
+        };
         eprintln!(
-            "{}: differs from the generator; run `cargo run -p backpressure-conformance -- vectors`",
+            "{}: {state}; run `cargo run -p backpressure-conformance -- vectors`",
             path.display()
         );
         return Ok(ExitCode::FAILURE);
