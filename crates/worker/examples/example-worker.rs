@@ -80,6 +80,10 @@ struct Args {
     /// Stop after this many seconds (0: when the queue is drained and no producer runs).
     #[arg(long, env = "BP_DURATION", default_value_t = 0)]
     duration: u64,
+    /// Serve the conformance hook (`POST /v1/conformance/controller`) for a conformance run
+    /// (`backpressure-conformance check`); never in production.
+    #[arg(long, env = "BP_CONFORMANCE_HOOK")]
+    conformance_hook: bool,
     /// Seed of the controller's probe jitter.
     #[arg(long, env = "BP_SEED", default_value_t = 1)]
     seed: u64,
@@ -146,6 +150,10 @@ async fn main() -> anyhow::Result<()> {
         );
         tracing::info!(audience = verifier.audience(), "config pushes enabled");
         admin = admin.with_verifier(Arc::new(verifier), args.allowed_identities.clone());
+    }
+    if args.conformance_hook {
+        tracing::warn!("conformance hook enabled: for conformance runs only");
+        admin = admin.with_conformance_hook();
     }
     let listener = tokio::net::TcpListener::bind(args.admin_addr)
         .await

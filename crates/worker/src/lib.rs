@@ -77,6 +77,7 @@
 //! ```
 
 pub mod config;
+pub mod conformance;
 pub mod controller;
 pub mod metrics;
 pub mod permits;

@@ -42,6 +42,7 @@ use tokio::time::Instant;
 
 use super::token::{Identity, TokenVerifier, VerifyError};
 use super::{Apply, ApplyError, ConfigState, Origin};
+use crate::conformance::{self, HOOK_PATH};
 use crate::metrics::Metrics;
 use crate::producer::ProducerGate;
 
@@ -187,6 +188,8 @@ pub struct Admin {
     header_timeout: Duration,
     body_timeout: Duration,
     limiter: Limiter,
+    /// Serves `POST` [`HOOK_PATH`] (see [`Admin::with_conformance_hook`]).
+    conformance_hook: bool,
 }
 
 impl fmt::Debug for Admin {
@@ -242,6 +245,7 @@ impl Admin {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             limiter: Limiter::new(FailureLimit::default()),
+            conformance_hook: false,
         }
     }
 
@@ -296,6 +300,15 @@ impl Admin {
     ) -> Self {
         self.verifier = Some(verifier);
         self.allowed = allowed.into_iter().collect();
+        self
+    }
+
+    /// Also serves the conformance hook, `POST` [`HOOK_PATH`]: one golden-vector case run on a
+    /// fresh controller ([`crate::conformance`]), for the conformance suite. For conformance
+    /// runs only: the hook takes no token (it touches no state of the worker, but it costs
+    /// CPU), so a production worker leaves it off, the default.
+    pub fn with_conformance_hook(mut self) -> Self {
+        self.conformance_hook = true;
         self
     }
 
@@ -361,6 +374,7 @@ impl Admin {
                 None => error(StatusCode::NOT_FOUND, "not found"),
             },
             (&Method::PUT, _, Some(endpoint)) => self.push(req, endpoint).await,
+            (&Method::POST, HOOK_PATH, _) if self.conformance_hook => self.hook(req).await,
             (_, HEALTHZ_PATH | METRICS_PATH, _) | (_, _, Some(_)) => {
                 error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
             }
@@ -395,6 +409,37 @@ impl Admin {
             }
             Err(ApplyError::Invalid(e)) => error(StatusCode::BAD_REQUEST, e),
             Err(e @ ApplyError::Stale { .. }) => error(StatusCode::CONFLICT, e),
+        }
+    }
+
+    /// The conformance hook: the case in the body run on a fresh controller; 400 for a body
+    /// that is not a case, 413 over [`conformance::MAX_CASE_BYTES`].
+    async fn hook<B>(&self, req: Request<B>) -> Reply
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let body = Limited::new(req.into_body(), conformance::MAX_CASE_BYTES);
+        let bytes = match tokio::time::timeout(self.body_timeout, body.collect()).await {
+            Err(_) => return error(StatusCode::REQUEST_TIMEOUT, "request body timed out"),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "case exceeds the limit of {} bytes",
+                        conformance::MAX_CASE_BYTES
+                    ),
+                );
+            }
+            Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("reading body: {e}")),
+            Ok(Ok(collected)) => collected.to_bytes(),
+        };
+        match conformance::parse(&bytes).and_then(|case| conformance::execute(&case)) {
+            Ok(out) => match serde_json::to_vec(&out) {
+                Ok(body) => reply(StatusCode::OK, "application/json", body),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+            },
+            Err(e) => error(StatusCode::BAD_REQUEST, e),
         }
     }
 
