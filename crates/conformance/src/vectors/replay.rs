@@ -2,8 +2,7 @@
 //! SDK's test runner does, here with the Rust implementation under test): the check that the
 //! file and `conformance/README.md` say enough to reproduce every step.
 
-use backpressure_api::wire::WorkerConfig;
-use backpressure_worker::controller::{self, Brake, Controller, Nanos, Outcome, Settings};
+use backpressure_worker::conformance;
 use serde_json::Value;
 
 use super::{FORMAT, TOLERANCE};
@@ -81,14 +80,6 @@ fn str_of<'v>(v: &'v Value, key: &str, at: &str) -> Result<&'v str, ReplayError>
         .ok_or_else(|| format_err(at, format!("{key}: not a string")))
 }
 
-fn config_of(v: &Value, at: &str) -> Result<WorkerConfig, ReplayError> {
-    let cfg = v
-        .get("config")
-        .ok_or_else(|| format_err(at, "config missing"))?;
-    let bytes = serde_json::to_vec(cfg)?;
-    WorkerConfig::parse(&bytes).map_err(|e| format_err(at, format!("config: {e}")))
-}
-
 /// Replays every case of `text` (a `controller.json`).
 pub fn replay(text: &str) -> Result<Replayed, ReplayError> {
     let doc: Value = serde_json::from_str(text)?;
@@ -118,54 +109,20 @@ pub fn replay(text: &str) -> Result<Replayed, ReplayError> {
 
 fn replay_case(case: &Value, tolerance: f64) -> Result<usize, ReplayError> {
     let name = str_of(case, "name", "case")?.to_owned();
-    let seed = u64_of(case, "seed", &name)?;
-    let offset = Nanos(u64_of(case, "brakeOffsetNs", &name)?);
-    let config = config_of(case, &name)?;
-    let mut c: Box<dyn Controller> = controller::from_config(&config, seed);
-    let mut brake: Option<Brake> = None;
+    // The run is the worker library's conformance executor, the one its hook serves.
+    let parsed: conformance::Case =
+        serde_json::from_value(case.clone()).map_err(|e| format_err(&name, e.to_string()))?;
+    let observed = conformance::execute(&parsed)
+        .map_err(|e| format_err(&name, e.to_string()))?
+        .observations;
     let steps = case
         .get("steps")
         .and_then(Value::as_array)
         .ok_or_else(|| format_err(&name, "steps: not an array"))?;
-    for (i, step) in steps.iter().enumerate() {
+    for (i, (step, got)) in steps.iter().zip(&observed).enumerate() {
         let at = format!("{name} step {i}");
         let t = u64_of(step, "t", &at)?;
-        let now = Nanos(t);
         let op = str_of(step, "op", &at)?;
-        let mut permits = None;
-        match op {
-            "record" => {
-                let outcome = match str_of(step, "outcome", &at)? {
-                    "success" => Outcome::Success,
-                    "dependency_failure" => Outcome::DependencyFailure,
-                    "message_failure" => Outcome::MessageFailure,
-                    other => return Err(format_err(at, format!("outcome {other:?}"))),
-                };
-                c.record(now, outcome);
-            }
-            "permits" => {
-                let in_flight = u32::try_from(u64_of(step, "inFlight", &at)?)
-                    .map_err(|e| format_err(&at, e.to_string()))?;
-                permits = Some(c.permits(now, in_flight));
-            }
-            "releaseUnused" => {
-                let unused = u32::try_from(u64_of(step, "unused", &at)?)
-                    .map_err(|e| format_err(&at, e.to_string()))?;
-                c.release_unused(now, unused);
-            }
-            "configure" => {
-                let cfg = config_of(step, &at)?;
-                let unix_s = step
-                    .get("unixS")
-                    .and_then(Value::as_i64)
-                    .ok_or_else(|| format_err(&at, "unixS: not an integer"))?;
-                let settings = Settings::from_config(&cfg);
-                let new = cfg.brake.as_ref().map(|b| Brake::from_wire(b, now, unix_s));
-                brake = Brake::succeed(brake.as_ref(), new, now, settings.brake_release, offset);
-                controller::apply_settings(&mut c, now, settings, seed, brake);
-            }
-            other => return Err(format_err(at, format!("op {other:?}"))),
-        }
         let expect = step
             .get("expect")
             .ok_or_else(|| format_err(&at, "expect missing"))?;
@@ -181,7 +138,7 @@ fn replay_case(case: &Value, tolerance: f64) -> Result<usize, ReplayError> {
             }))
         };
         let close = |a: f64, b: f64| (a - b).abs() <= tolerance;
-        if let Some(got) = permits {
+        if let Some(got) = got.permits {
             let want = u64_of(expect, "permits", &at)?;
             if want != u64::from(got) {
                 return Err(mismatch("permits", want.to_string(), got.to_string()));
@@ -193,31 +150,34 @@ fn replay_case(case: &Value, tolerance: f64) -> Result<usize, ReplayError> {
             ));
         }
         let want = f64_of(expect, "backoff", &at)?;
-        let got = c.backoff(now);
-        if !close(want, got) {
-            return Err(mismatch("backoff", want.to_string(), got.to_string()));
+        if !close(want, got.backoff) {
+            return Err(mismatch(
+                "backoff",
+                want.to_string(),
+                got.backoff.to_string(),
+            ));
         }
         let want = str_of(expect, "mode", &at)?;
-        let got = c.mode().as_str();
-        if want != got {
-            return Err(mismatch("mode", want.to_owned(), got.to_owned()));
+        if want != got.mode {
+            return Err(mismatch("mode", want.to_owned(), got.mode.to_owned()));
         }
         let want = u64_of(expect, "limit", &at)?;
-        let got = c.limit(now);
-        if want != u64::from(got) {
-            return Err(mismatch("limit", want.to_string(), got.to_string()));
+        if want != u64::from(got.limit) {
+            return Err(mismatch("limit", want.to_string(), got.limit.to_string()));
         }
         let want = f64_of(expect, "failureFloor", &at)?;
-        let got = c.failure_floor();
-        if !close(want, got) {
-            return Err(mismatch("failureFloor", want.to_string(), got.to_string()));
+        if !close(want, got.failure_floor) {
+            return Err(mismatch(
+                "failureFloor",
+                want.to_string(),
+                got.failure_floor.to_string(),
+            ));
         }
         let want = expect
             .get("floorEstimate")
             .ok_or_else(|| format_err(&at, "floorEstimate missing"))?
             .as_f64();
-        let got = c.floor_estimate();
-        let same = match (want, got) {
+        let same = match (want, got.floor_estimate) {
             (None, None) => true,
             (Some(a), Some(b)) => close(a, b),
             _ => false,
@@ -226,7 +186,7 @@ fn replay_case(case: &Value, tolerance: f64) -> Result<usize, ReplayError> {
             return Err(mismatch(
                 "floorEstimate",
                 format!("{want:?}"),
-                format!("{got:?}"),
+                format!("{:?}", got.floor_estimate),
             ));
         }
     }
