@@ -1,0 +1,3 @@
+module github.com/backpressure-dev/backpressure-operator/sdk/go
+
+go 1.26
