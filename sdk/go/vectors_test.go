@@ -197,3 +197,80 @@ func runVectorCase(t *testing.T, tolerance float64, c vectorCase) {
 		}
 	}
 }
+
+type hashCase struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload"`
+	JCS     string          `json:"jcs"`
+	Hash    string          `json:"hash"`
+}
+
+// TestGoldenHashVectors: every worker payload parses (its hash checked), canonicalizes to the
+// expected JCS text and hashes to the expected hash; the other documents (the producer
+// state, whose gate this SDK does not implement) are checked through the generic JCS form.
+func TestGoldenHashVectors(t *testing.T) {
+	var v struct {
+		Format string     `json:"format"`
+		Cases  []hashCase `json:"cases"`
+	}
+	if err := json.Unmarshal(readVectors(t, "hash.json"), &v); err != nil {
+		t.Fatalf("hash.json: %v", err)
+	}
+	if v.Format != "backpressure.dev/hash-vectors/v1" {
+		t.Fatalf("hash.json: format %q", v.Format)
+	}
+	if len(v.Cases) == 0 {
+		t.Fatal("hash.json has no cases")
+	}
+	workers := 0
+	for _, c := range v.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			var head struct {
+				Version string `json:"version"`
+			}
+			if err := json.Unmarshal(c.Payload, &head); err != nil {
+				t.Fatalf("case %s: %v", c.Name, err)
+			}
+			if head.Version != WireVersion {
+				// Another document: the hash is SHA-256 over the JCS form with hash "" and
+				// generation 0.
+				var doc map[string]any
+				dec := json.NewDecoder(bytes.NewReader(c.Payload))
+				dec.UseNumber()
+				if err := dec.Decode(&doc); err != nil {
+					t.Fatalf("case %s: %v", c.Name, err)
+				}
+				doc["hash"], doc["generation"] = "", json.Number("0")
+				cleared, _ := json.Marshal(doc)
+				got, err := CanonicalJSON(cleared)
+				if err != nil || got != c.JCS {
+					t.Fatalf("case %s: JCS\n got %s (%v)\nwant %s", c.Name, got, err, c.JCS)
+				}
+				return
+			}
+			workers++
+			cfg, err := ParseWorkerConfig(c.Payload)
+			if err != nil {
+				t.Fatalf("case %s: parse: %v", c.Name, err)
+			}
+			if cfg.Hash != c.Hash {
+				t.Fatalf("case %s: payload hash %q, expected %q", c.Name, cfg.Hash, c.Hash)
+			}
+			cleared := cfg
+			cleared.Hash, cleared.Generation = "", 0
+			got, err := cleared.Canonical()
+			if err != nil || got != c.JCS {
+				t.Fatalf("case %s: JCS\n got %s (%v)\nwant %s", c.Name, got, err, c.JCS)
+			}
+			if generic, err := CanonicalJSON(mustJSON(t, cleared)); err != nil || generic != c.JCS {
+				t.Fatalf("case %s: generic JCS %s (%v)", c.Name, generic, err)
+			}
+			if h := cfg.ComputeHash(); h != c.Hash {
+				t.Fatalf("case %s: hash %s, expected %s", c.Name, h, c.Hash)
+			}
+		})
+	}
+	if workers == 0 {
+		t.Fatal("hash.json has no worker-config case")
+	}
+}

@@ -830,3 +830,75 @@ func JCSNumber(v float64) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// CanonicalJSON is the RFC 8785 (JCS) form of any JSON document (numbers read as IEEE
+// doubles, as JavaScript's JSON.parse reads them).
+func CanonicalJSON(data []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", errors.New("trailing characters")
+	}
+	var b strings.Builder
+	if err := writeCanonical(&b, v); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func writeCanonical(b *strings.Builder, v any) error {
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case string:
+		b.WriteString(jsonString(x))
+	case json.Number:
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return err
+		}
+		s, err := JCSNumber(f)
+		if err != nil {
+			return err
+		}
+		b.WriteString(s)
+	case []any:
+		b.WriteByte('[')
+		for k, item := range x {
+			if k > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeCanonical(b, item); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case map[string]any:
+		names := make([]member, 0, len(x))
+		for name := range x {
+			names = append(names, member{name: name})
+		}
+		sortMembers(names)
+		b.WriteByte('{')
+		for k, m := range names {
+			if k > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(jsonString(m.name))
+			b.WriteByte(':')
+			if err := writeCanonical(b, x[m.name]); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("unexpected JSON value %T", v)
+	}
+	return nil
+}
