@@ -309,7 +309,7 @@ func (v *TokenReviewVerifier) Verify(ctx context.Context, token string) (Identit
 	if err := CheckJWT(token, v.audience, v.now().Unix()); err != nil {
 		return Identity{}, &UnauthenticatedError{err.Error()}
 	}
-	key := sha256.Sum256([]byte(token))
+	key := sha256Sum(token)
 	if id, ok := v.cached(key); ok {
 		return id, nil
 	}
@@ -459,3 +459,5 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+func sha256Sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }
