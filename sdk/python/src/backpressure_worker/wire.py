@@ -32,6 +32,7 @@ __all__ = [
     "HashMismatch",
     "MAX_GENERATION_LEAD_MS",
     "MAX_PAYLOAD_BYTES",
+    "MAX_SAFE_INTEGER",
     "Malformed",
     "RedeliveryConfig",
     "TOKEN_AUDIENCE",
@@ -56,6 +57,11 @@ DEFAULT_ADMIN_PORT = 9464
 CONFIG_FILE_NAME = "worker-config.json"
 MAX_PAYLOAD_BYTES = 64 * 1024
 """Largest payload a worker must accept; larger bodies are refused with 413."""
+MAX_SAFE_INTEGER = (1 << 53) - 1
+"""Largest integer a document may carry (I-JSON's bound): a larger generation, duration or
+time is refused (400) naming the field."""
+HASH_MISMATCH = "hash mismatch"
+"""How the message of a refused hash starts."""
 
 # Built-in defaults (crates/api/src/defaults.rs).
 DEFAULT_SET_POINT = 0.05
@@ -517,6 +523,17 @@ class WorkerConfig:
             )
         if self.generation < 0:
             raise FieldError("generation", "must not be negative")
+        expiry = self.brake.expires_at_unix if self.brake is not None else None
+        _check_safe_integers(
+            ("generation", self.generation),
+            ("probeInitialMs", self.probe_initial_ms),
+            ("probeMaxMs", self.probe_max_ms),
+            ("ratioWindowMs", self.ratio_window_ms),
+            ("brakeReleaseMs", self.brake_release_ms),
+            ("redelivery.baseMs", self.redelivery.base_ms if self.redelivery else None),
+            ("redelivery.maxMs", self.redelivery.max_ms if self.redelivery else None),
+            ("brake.expiresAtUnix", expiry),
+        )
         if self.ratio_window_ms == 0:
             raise FieldError("ratioWindowMs", "must be at least 1")
         f = self.floor_max
@@ -552,6 +569,16 @@ class WorkerConfig:
         if b.expires_at_unix is not None and now_unix >= b.expires_at_unix:
             return None
         return b.min_backoff
+
+
+def _check_safe_integers(*fields: tuple[str, int | None]) -> None:
+    """Refuses an integer field whose magnitude is beyond :data:`MAX_SAFE_INTEGER`."""
+    for name, value in fields:
+        if value is not None and abs(value) > MAX_SAFE_INTEGER:
+            raise FieldError(
+                name,
+                f"{abs(value)} is beyond 2^53 - 1, the largest integer every JSON reader holds exactly",
+            )
 
 
 def content_hash(doc: object) -> str:
