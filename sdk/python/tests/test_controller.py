@@ -503,7 +503,8 @@ def test_ratio_throttle_backs_off_probes_and_forgets_after_the_window() -> None:
             c.record(now, S)
         nxt = c.next_change(now)
         now = min(nxt if nxt is not None else now + from_millis(100), now + from_millis(100))
-    assert c.mode == Mode.NORMAL
+    mode: Mode = c.mode  # re-read: mypy narrowed the property above
+    assert mode == Mode.NORMAL
     assert c.limit(now) == 16
 
 

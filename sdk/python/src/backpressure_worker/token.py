@@ -39,6 +39,8 @@ __all__ = [
     "DEFAULT_CACHE_TTL_S",
     "DEFAULT_NEGATIVE_TTL_S",
     "Identity",
+    "Reviewer",
+    "TokenReviewClient",
     "MAX_TOKEN_BYTES",
     "NegativeCache",
     "TokenReviewVerifier",
@@ -193,8 +195,15 @@ class NegativeCache:
             return len(self._entries)
 
 
-class TokenReviewVerifier:
-    """Verifies tokens with a Kubernetes TokenReview, for one audience.
+class Reviewer(Protocol):
+    """Asks the authority about a token for an audience (a TokenReview): the identity, or
+    :class:`Unauthenticated` / :class:`Unavailable`."""
+
+    def review(self, token: str, audience: str) -> Identity: ...
+
+
+class TokenReviewClient:
+    """Posts TokenReviews to the Kubernetes API server over plain HTTPS.
 
     The API server and credentials come from the arguments or, when ``api_url`` is not given,
     from the pod (``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT`` and the mounted
@@ -205,20 +214,14 @@ class TokenReviewVerifier:
 
     def __init__(
         self,
-        namespace: str,
-        workload: str,
-        *,
         api_url: str | None = None,
+        *,
         ca_file: str | os.PathLike[str] | None = None,
         token: str | None = None,
         token_file: str | os.PathLike[str] | None = None,
         client_cert: str | os.PathLike[str] | None = None,
         client_key: str | os.PathLike[str] | None = None,
-        audience: str | None = None,
         timeout: float = 5.0,
-        cache_ttl: float = DEFAULT_CACHE_TTL_S,
-        negative_ttl: float = DEFAULT_NEGATIVE_TTL_S,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if api_url is None:
             host = os.environ.get("KUBERNETES_SERVICE_HOST")
@@ -235,15 +238,9 @@ class TokenReviewVerifier:
             if token is None and token_file is None and client_cert is None:
                 token_file = SA_DIR / "token"
         self.api_url = api_url.rstrip("/")
-        self.audience = audience if audience is not None else push_audience(namespace, workload)
         self._token = token
         self._token_file = Path(token_file) if token_file is not None else None
         self._timeout = timeout
-        self._ttl = cache_ttl
-        self._clock = clock
-        self._cache: dict[bytes, tuple[Identity, float]] = {}
-        self._cache_lock = threading.Lock()
-        self.refused = NegativeCache(negative_ttl, NEGATIVE_CACHE_MAX, clock)
         self._ssl: ssl.SSLContext | None = None
         if self.api_url.startswith("https:"):
             ctx = ssl.create_default_context(cafile=os.fspath(ca_file) if ca_file else None)
@@ -254,7 +251,87 @@ class TokenReviewVerifier:
             self._ssl = ctx
 
     def __repr__(self) -> str:
-        return f"TokenReviewVerifier(api_url={self.api_url!r}, audience={self.audience!r})"
+        return f"TokenReviewClient(api_url={self.api_url!r})"
+
+    def _credentials(self) -> str | None:
+        if self._token is not None:
+            return self._token
+        if self._token_file is not None:
+            try:
+                return self._token_file.read_text().strip()
+            except OSError as e:
+                raise Unavailable(f"reading the ServiceAccount token: {e}") from e
+        return None
+
+    def review(self, token: str, audience: str) -> Identity:
+        body = json.dumps(
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": token, "audiences": [audience]},
+            }
+        ).encode()
+        req = urllib.request.Request(
+            self.api_url + "/apis/authentication.k8s.io/v1/tokenreviews",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        bearer = self._credentials()
+        if bearer:
+            req.add_header("Authorization", f"Bearer {bearer}")
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout, context=self._ssl) as resp:
+                result = json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            raise Unavailable(f"API server answered {e.code} {e.reason}") from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise Unavailable(str(e)) from None
+        status = result.get("status") if isinstance(result, dict) else None
+        if not isinstance(status, dict):
+            status = {}
+        if status.get("authenticated") is not True:
+            error = status.get("error")
+            raise Unauthenticated(error if isinstance(error, str) and error else "not authenticated")
+        # The API server returns the audiences the token is valid for among those asked.
+        audiences = status.get("audiences") or []
+        if not isinstance(audiences, list) or audience not in audiences:
+            raise Unauthenticated(f"token is not for audience {json.dumps(audience)}")
+        user = status.get("user")
+        username = user.get("username") if isinstance(user, dict) else None
+        if not isinstance(username, str) or not username:
+            raise Unauthenticated("review names no user")
+        return Identity(username=username)
+
+
+class TokenReviewVerifier:
+    """Verifies tokens for one audience, ``backpressure.dev/<namespace>/<workload>``: the local
+    JWT check, a positive cache (``cache_ttl`` seconds), a negative cache (``negative_ttl``),
+    then a TokenReview by ``reviewer`` (by default a :class:`TokenReviewClient` built from the
+    other keyword arguments, or from the pod's ServiceAccount)."""
+
+    def __init__(
+        self,
+        namespace: str,
+        workload: str,
+        *,
+        reviewer: Reviewer | None = None,
+        audience: str | None = None,
+        cache_ttl: float = DEFAULT_CACHE_TTL_S,
+        negative_ttl: float = DEFAULT_NEGATIVE_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        **client: Any,
+    ) -> None:
+        self.reviewer: Reviewer = reviewer if reviewer is not None else TokenReviewClient(**client)
+        self.audience = audience if audience is not None else push_audience(namespace, workload)
+        self._ttl = cache_ttl
+        self._clock = clock
+        self._cache: dict[bytes, tuple[Identity, float]] = {}
+        self._cache_lock = threading.Lock()
+        self.refused = NegativeCache(negative_ttl, NEGATIVE_CACHE_MAX, clock)
+
+    def __repr__(self) -> str:
+        return f"TokenReviewVerifier(audience={self.audience!r}, reviewer={self.reviewer!r})"
 
     def _cached(self, key: bytes) -> Identity | None:
         with self._cache_lock:
@@ -286,58 +363,9 @@ class TokenReviewVerifier:
         if key in self.refused:
             raise Unauthenticated("token refused by the API server within the last seconds")
         try:
-            identity = self._ask(token)
+            identity = self.reviewer.review(token, self.audience)
         except Unauthenticated:
             self.refused.insert(key)
             raise
         self._remember(key, identity)
         return identity
-
-    def _credentials(self) -> str | None:
-        if self._token is not None:
-            return self._token
-        if self._token_file is not None:
-            try:
-                return self._token_file.read_text().strip()
-            except OSError as e:
-                raise Unavailable(f"reading the ServiceAccount token: {e}") from e
-        return None
-
-    def _ask(self, token: str) -> Identity:
-        body = json.dumps(
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenReview",
-                "spec": {"token": token, "audiences": [self.audience]},
-            }
-        ).encode()
-        req = urllib.request.Request(
-            self.api_url + "/apis/authentication.k8s.io/v1/tokenreviews",
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
-        )
-        bearer = self._credentials()
-        if bearer:
-            req.add_header("Authorization", f"Bearer {bearer}")
-        try:
-            with urllib.request.urlopen(req, timeout=self._timeout, context=self._ssl) as resp:
-                result = json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            raise Unavailable(f"API server answered {e.code} {e.reason}") from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise Unavailable(str(e)) from None
-        status = result.get("status") if isinstance(result, dict) else None
-        if not isinstance(status, dict):
-            status = {}
-        if status.get("authenticated") is not True:
-            error = status.get("error")
-            raise Unauthenticated(error if isinstance(error, str) and error else "not authenticated")
-        audiences = status.get("audiences") or []
-        if not isinstance(audiences, list) or self.audience not in audiences:
-            raise Unauthenticated(f"token is not for audience {json.dumps(self.audience)}")
-        user = status.get("user")
-        username = user.get("username") if isinstance(user, dict) else None
-        if not isinstance(username, str) or not username:
-            raise Unauthenticated("review names no user")
-        return Identity(username=username)
