@@ -74,8 +74,14 @@ def make_admin(**kw: object) -> tuple[Admin, Gate]:
     return admin.with_verifier(tokens, [OPERATOR]), gate
 
 
-def call(admin: Admin, method: str, path: str, token: str | None = None, body: bytes = b"",
-         source: str | None = None) -> Response:
+def call(
+    admin: Admin,
+    method: str,
+    path: str,
+    token: str | None = None,
+    body: bytes = b"",
+    source: str | None = None,
+) -> Response:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     return admin.handle(method, path, headers, body, source)
 
@@ -258,22 +264,34 @@ def test_server_over_tcp_with_limits_and_timeouts() -> None:
     try:
         port = server.port
         body = config(2, 5).to_bytes()
-        ok = raw(port, b"PUT " + CONFIG_PATH.encode() + b" HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer good\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        ok = raw(
+            port,
+            b"PUT " + CONFIG_PATH.encode() + b" HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer good\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body,
+        )
         assert ok.startswith("HTTP/1.1 200"), ok
         assert gate.snapshot().limit == 5
         # Chunked bodies are read too.
         body = config(3, 6).to_bytes()
         chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-        ok = raw(port, b"PUT /v1/config HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer good\r\n"
-                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked)
+        ok = raw(
+            port,
+            b"PUT /v1/config HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer good\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked,
+        )
         assert ok.startswith("HTTP/1.1 200"), ok
         assert gate.snapshot().limit == 6
-        big = raw(port, b"PUT /v1/config HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer good\r\n"
-                  b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (MAX_PAYLOAD_BYTES + 1))
+        big = raw(
+            port,
+            b"PUT /v1/config HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer good\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (MAX_PAYLOAD_BYTES + 1),
+        )
         assert big.startswith("HTTP/1.1 413"), big
-        slow = raw(port, b"PUT /v1/config HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer good\r\n"
-                   b"Content-Length: 100\r\nConnection: close\r\n\r\n{")
+        slow = raw(
+            port,
+            b"PUT /v1/config HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer good\r\n"
+            b"Content-Length: 100\r\nConnection: close\r\n\r\n{",
+        )
         assert slow.startswith("HTTP/1.1 408"), slow
         # A client that never finishes its headers is disconnected.
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
@@ -287,7 +305,9 @@ def test_server_over_tcp_with_limits_and_timeouts() -> None:
         assert 'backpressure_permits{workload="w"} 6' in metrics
         # Keep-alive: two requests on one connection.
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: w\r\n\r\nGET /v1/config HTTP/1.1\r\nHost: w\r\nConnection: close\r\n\r\n")
+            s.sendall(
+                b"GET /healthz HTTP/1.1\r\nHost: w\r\n\r\nGET /v1/config HTTP/1.1\r\nHost: w\r\nConnection: close\r\n\r\n"
+            )
             out = b""
             while chunk := s.recv(65536):
                 out += chunk
@@ -385,10 +405,15 @@ def test_optional_settings_of_a_payload_are_applied_and_absent_ones_keep_the_app
     before = gate.settings
     assert before.initial_permits == 0
     state.apply(
-        config(2, 8).replace(
-            initial_permits=4, ratio_window_ms=10_000, brake_release_ms=0, floor_max=0.1,
+        config(2, 8)
+        .replace(
+            initial_permits=4,
+            ratio_window_ms=10_000,
+            brake_release_ms=0,
+            floor_max=0.1,
             redelivery=RedeliveryConfig(30_000, 120_000),
-        ).with_hash(),
+        )
+        .with_hash(),
         Origin.PUSH,
     )
     s = gate.settings
@@ -399,6 +424,9 @@ def test_optional_settings_of_a_payload_are_applied_and_absent_ones_keep_the_app
     state.apply(config(4, 8), Origin.PUSH)
     s = gate.settings
     assert (s.initial_permits, s.ratio_window, s.brake_release, s.floor_max, s.redelivery) == (
-        before.initial_permits, before.ratio_window, before.brake_release, before.floor_max,
+        before.initial_permits,
+        before.ratio_window,
+        before.brake_release,
+        before.floor_max,
         before.redelivery,
     )

@@ -238,11 +238,11 @@ def test_probing_grants_one_message_on_a_doubling_jittered_interval() -> None:
         intervals.append((c.probe_interval(), nxt - now))
         now = nxt
         assert c.permits(now, 0) == 1
-    for (interval, wait), s in zip(intervals, [4, 8, 16, 32, 60, 60, 60, 60]):
+    for (interval, wait), s in zip(intervals, [4, 8, 16, 32, 60, 60, 60, 60], strict=True):
         assert interval == from_secs(s)
         assert interval // 2 <= wait < interval, (wait, interval)
     waits = [w for _, w in intervals[4:]]
-    assert any(a != b for a, b in zip(waits, waits[1:])), waits
+    assert any(a != b for a, b in zip(waits, waits[1:], strict=False)), waits
 
 
 def test_successful_probe_slow_starts_to_half_the_peak() -> None:
@@ -360,9 +360,7 @@ def test_brake_is_a_minimum_backoff_until_it_expires() -> None:
 
 
 def lifting(min_backoff: float, until: Nanos | None, offset: int) -> Brake:
-    b = Brake.succeed(
-        None, Brake(min_backoff=min_backoff, until=until), T0, from_secs(60), from_secs(offset)
-    )
+    b = Brake.succeed(None, Brake(min_backoff=min_backoff, until=until), T0, from_secs(60), from_secs(offset))
     assert b is not None
     return b
 
@@ -477,8 +475,15 @@ def test_from_config_uses_the_wire_knobs() -> None:
 
 def test_settings_are_sanitized() -> None:
     s = Settings(
-        set_point=float("nan"), reaction=0, max_permits=0, probe_initial=0, probe_max=0,
-        credit=-1.0, ratio_window=0, floor_max=float("inf"), redelivery=(0, 5),
+        set_point=float("nan"),
+        reaction=0,
+        max_permits=0,
+        probe_initial=0,
+        probe_max=0,
+        credit=-1.0,
+        ratio_window=0,
+        floor_max=float("inf"),
+        redelivery=(0, 5),
     ).sanitized()
     assert (s.set_point, s.reaction, s.max_permits, s.probe_initial, s.probe_max) == (0.0001, 1, 1, 1, 1)
     assert (s.credit, s.ratio_window, s.floor_max, s.redelivery) == (0.0, 1_000_000, 0.0, None)
@@ -511,7 +516,7 @@ def test_ratio_throttle_backs_off_probes_and_forgets_after_the_window() -> None:
 # -- the failure floor (issue 13) -------------------------------------------------------------
 
 
-def drive(total: int, tail: int, fail: "FailFn") -> tuple[SetPoint, float, float]:
+def drive(total: int, tail: int, fail: FailFn) -> tuple[SetPoint, float, float]:
     """One SetPoint for ``total`` seconds of 100 ms ticks; messages take 1 s and fail with
     ``fail(limit at their start, t)``."""
     c = SetPoint(settings(16, 0.05, 20), 7)

@@ -49,16 +49,16 @@ def test_exposition_uses_the_wire_names_types_and_labels() -> None:
         assert kind == want, name
 
     def value(name: str, **extra: str) -> list[float]:
-        return [v for n, l, v, _ in got if n == name and all(l.get(k) == x for k, x in extra.items())]
+        return [v for n, lb, v, _ in got if n == name and all(lb.get(k) == x for k, x in extra.items())]
 
     assert value(names.BACKOFF) == [0.5]
     assert value(names.PERMITS) == [8.0]
     assert value(names.IN_FLIGHT) == [3.0]
     assert value(names.PROBES_TOTAL) == [1.0]
     assert math.isnan(value(names.FAILURE_FLOOR)[0]), "NaN until the floor is tested"
-    for cls, count in zip(names.CLASSES, [2.0, 1.0, 0.0]):
+    for cls, count in zip(names.CLASSES, [2.0, 1.0, 0.0], strict=True):
         assert value(names.OUTCOMES_TOTAL, **{names.LABEL_CLASS: cls}) == [count]
-    info = [(l, v) for n, l, v, _ in got if n == names.CONFIG_INFO]
+    info = [(lb, v) for n, lb, v, _ in got if n == names.CONFIG_INFO]
     assert len(info) == 1, "only the running config is reported"
     assert info[0][0][names.LABEL_HASH] == "0123456789ab"
     assert info[0][0][names.LABEL_ALGORITHM] == "RatioThrottle"

@@ -13,7 +13,6 @@ from backpressure_worker import jcs
 from backpressure_worker.wire import (
     MAX_PAYLOAD_BYTES,
     MAX_SAFE_INTEGER,
-    Algorithm,
     BrakeConfig,
     ConfigError,
     FieldError,
@@ -114,7 +113,9 @@ def test_rejects_with_field_names() -> None:
             cfg.validate()
         assert field in str(e.value), f"{e.value} should name {field}"
         assert e.value.field == field
-    assert "1.5 is not in (0, 1)" in str(pytest.raises(FieldError, base.replace(set_point=1.5).validate).value)
+    assert "1.5 is not in (0, 1)" in str(
+        pytest.raises(FieldError, base.replace(set_point=1.5).validate).value
+    )
     with pytest.raises(HashMismatch) as h:
         base.replace(set_point=0.2).validate()
     assert str(h.value).startswith("hash mismatch")
@@ -206,8 +207,24 @@ def test_hostile_fields_are_accepted_validly_or_refused_clearly() -> None:
     config that round-trips, or a ConfigError with a message; never another exception."""
     rng = random.Random(1234)
     leaves: list[Any] = [
-        None, True, False, 0, -1, 1, 2**53, 2**64, -(2**63), 0.5, -0.0, 1e308, 1e-300,
-        "", "SetPoint", "backpressure.dev/worker-config/v1", "\u2028", "x" * 50,
+        None,
+        True,
+        False,
+        0,
+        -1,
+        1,
+        2**53,
+        2**64,
+        -(2**63),
+        0.5,
+        -0.0,
+        1e308,
+        1e-300,
+        "",
+        "SetPoint",
+        "backpressure.dev/worker-config/v1",
+        "\u2028",
+        "x" * 50,
     ]
 
     def value(depth: int = 0) -> Any:

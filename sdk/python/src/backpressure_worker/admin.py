@@ -256,9 +256,7 @@ class Admin:
             return _error(413 if isinstance(e.error, TooLarge) else 400, e)
         except Stale as e:
             return _error(409, e)
-        log.info(
-            "push accepted: user=%s hash=%s generation=%d", identity.username, ack.hash, ack.generation
-        )
+        log.info("push accepted: user=%s hash=%s generation=%d", identity.username, ack.hash, ack.generation)
         return _ack(ack)
 
     def _authenticate(self, headers: Mapping[str, str], source: str | None) -> Identity | Response:
@@ -354,7 +352,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.settimeout(left)
             try:
                 data = self.rfile.read1(n) if n > 0 else b""
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 raise BodyTimeout() from None
             except OSError as e:
                 raise BodyError(str(e)) from None

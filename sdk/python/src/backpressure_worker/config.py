@@ -105,9 +105,7 @@ class Limits:
                 f"{cfg.max_permits} exceeds this worker's limit of {self.max_permits}",
             )
         if cfg.reaction > self.max_reaction:
-            raise FieldError(
-                "reaction", f"{cfg.reaction} exceeds this worker's limit of {self.max_reaction}"
-            )
+            raise FieldError("reaction", f"{cfg.reaction} exceeds this worker's limit of {self.max_reaction}")
         for name, ms in (("probeInitialMs", cfg.probe_initial_ms), ("probeMaxMs", cfg.probe_max_ms)):
             if ms < self.min_probe_ms or ms > self.max_probe_ms:
                 raise FieldError(
@@ -122,15 +120,12 @@ class Limits:
             )
         for name, opt in (("ratioWindowMs", cfg.ratio_window_ms), ("brakeReleaseMs", cfg.brake_release_ms)):
             if opt is not None and opt > self.max_window_ms:
-                raise FieldError(
-                    name, f"{opt} ms exceeds this worker's limit of {self.max_window_ms} ms"
-                )
+                raise FieldError(name, f"{opt} ms exceeds this worker's limit of {self.max_window_ms} ms")
         r = cfg.redelivery
         if r is not None and max(r.max_ms, r.base_ms) > self.max_redelivery_ms:
             raise FieldError(
                 "redelivery.maxMs",
-                f"{max(r.max_ms, r.base_ms)} ms exceeds this worker's limit of "
-                f"{self.max_redelivery_ms} ms",
+                f"{max(r.max_ms, r.base_ms)} ms exceeds this worker's limit of {self.max_redelivery_ms} ms",
             )
         check_generation_lead(cfg.generation, now_unix, self.max_generation_lead_ms)
 
@@ -236,7 +231,10 @@ class ConfigState:
             self._install(cfg, now_unix)
             log.info(
                 "worker config applied: hash=%s generation=%d from=%s previous=%s",
-                ack.hash, ack.generation, origin.value, self._running.hash,
+                ack.hash,
+                ack.generation,
+                origin.value,
+                self._running.hash,
             )
             self._running = cfg
             self._origin = origin
@@ -311,9 +309,7 @@ class FileWatcher:
 
     def start(self, interval: float = DEFAULT_FILE_POLL_S) -> FileWatcher:
         """Runs :meth:`run` in a daemon thread."""
-        self._thread = threading.Thread(
-            target=self.run, args=(interval,), name="bp-config-file", daemon=True
-        )
+        self._thread = threading.Thread(target=self.run, args=(interval,), name="bp-config-file", daemon=True)
         self._thread.start()
         return self
 

@@ -117,7 +117,9 @@ class Metrics(Collector):
             g.add_metric(w, value)
             return g
 
-        yield gauge(names.BACKOFF, "Backoff factor of the worker's backpressure controller, in [0,1]", backoff)
+        yield gauge(
+            names.BACKOFF, "Backoff factor of the worker's backpressure controller, in [0,1]", backoff
+        )
         yield gauge(
             names.FAILURE_FLOOR,
             "Share of dependency calls the worker found to fail whatever its concurrency, in [0,1]",
@@ -130,7 +132,7 @@ class Metrics(Collector):
             "Message outcomes by class",
             labels=[names.LABEL_WORKLOAD, names.LABEL_CLASS],
         )
-        for cls, count in zip(names.CLASSES, outcomes):
+        for cls, count in zip(names.CLASSES, outcomes, strict=True):
             oc.add_metric([self.workload, cls], count)
         yield oc
         pc = CounterMetricFamily(

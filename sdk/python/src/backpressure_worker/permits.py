@@ -268,9 +268,7 @@ class Gate:
             # Offset in [0, release / 2): pods lift at different moments.
             offset = int(float(release) * 0.5 * self._brake_jitter)
             self._brake = Brake.succeed(self._brake, new, now, release, offset)
-            self._controller = apply_settings(
-                self._controller, now, settings, self._seed, self._brake
-            )
+            self._controller = apply_settings(self._controller, now, settings, self._seed, self._brake)
         self._publish()
         self._wake()
 

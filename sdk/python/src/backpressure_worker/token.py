@@ -150,9 +150,11 @@ def check_jwt(token: str, audience: str, now_unix: int) -> str | None:
     if not float(exp) > float(now_unix):
         return "token expired"
     aud = claims.get("aud")
-    ours = aud == audience if isinstance(aud, str) else isinstance(aud, list) and audience in [
-        a for a in aud if isinstance(a, str)
-    ]
+    ours = (
+        aud == audience
+        if isinstance(aud, str)
+        else isinstance(aud, list) and audience in [a for a in aud if isinstance(a, str)]
+    )
     if not ours:
         return f"token is not for audience {json.dumps(audience)}"
     return None
@@ -227,9 +229,7 @@ class TokenReviewClient:
             host = os.environ.get("KUBERNETES_SERVICE_HOST")
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             if not host:
-                raise ValueError(
-                    "no API server: pass api_url, or run in a pod (KUBERNETES_SERVICE_HOST)"
-                )
+                raise ValueError("no API server: pass api_url, or run in a pod (KUBERNETES_SERVICE_HOST)")
             if ":" in host:  # IPv6
                 host = f"[{host}]"
             api_url = f"https://{host}:{port}"
@@ -245,9 +245,7 @@ class TokenReviewClient:
         if self.api_url.startswith("https:"):
             ctx = ssl.create_default_context(cafile=os.fspath(ca_file) if ca_file else None)
             if client_cert is not None:
-                ctx.load_cert_chain(
-                    os.fspath(client_cert), os.fspath(client_key) if client_key else None
-                )
+                ctx.load_cert_chain(os.fspath(client_cert), os.fspath(client_key) if client_key else None)
             self._ssl = ctx
 
     def __repr__(self) -> str:

@@ -114,16 +114,13 @@ class metrics:  # noqa: N801 - a namespace, as the Rust module
     CLASSES = (CLASS_SUCCESS, CLASS_DEPENDENCY_FAILURE, CLASS_MESSAGE_FAILURE)
 
 
-class Algorithm(str, enum.Enum):
+class Algorithm(enum.StrEnum):
     """The controller algorithms, named as in the CRD."""
 
     SET_POINT = "SetPoint"
     RATIO_THROTTLE = "RatioThrottle"
     FIXED = "Fixed"
     OFF = "Off"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def rust_float(x: float) -> str:
@@ -189,9 +186,7 @@ class TooLarge(ConfigError):
     """Larger than :data:`MAX_PAYLOAD_BYTES`."""
 
     def __init__(self, size: int) -> None:
-        super().__init__(
-            f"document of {size} bytes exceeds the limit of {MAX_PAYLOAD_BYTES} bytes"
-        )
+        super().__init__(f"document of {size} bytes exceeds the limit of {MAX_PAYLOAD_BYTES} bytes")
         self.size = size
 
 
@@ -483,9 +478,15 @@ class WorkerConfig:
             max_permits=_u32(doc["maxPermits"], "maxPermits"),
             probe_initial_ms=_u64(doc["probeInitialMs"], "probeInitialMs"),
             probe_max_ms=_u64(doc["probeMaxMs"], "probeMaxMs"),
-            initial_permits=None if opt("initialPermits") is None else _u32(doc["initialPermits"], "initialPermits"),
-            ratio_window_ms=None if opt("ratioWindowMs") is None else _u64(doc["ratioWindowMs"], "ratioWindowMs"),
-            brake_release_ms=None if opt("brakeReleaseMs") is None else _u64(doc["brakeReleaseMs"], "brakeReleaseMs"),
+            initial_permits=None
+            if opt("initialPermits") is None
+            else _u32(doc["initialPermits"], "initialPermits"),
+            ratio_window_ms=None
+            if opt("ratioWindowMs") is None
+            else _u64(doc["ratioWindowMs"], "ratioWindowMs"),
+            brake_release_ms=None
+            if opt("brakeReleaseMs") is None
+            else _u64(doc["brakeReleaseMs"], "brakeReleaseMs"),
             floor_max=None if opt("floorMax") is None else _f64(doc["floorMax"], "floorMax"),
             redelivery=redelivery,
             brake=brake,
@@ -541,9 +542,7 @@ class WorkerConfig:
             raise FieldError("floorMax", f"{rust_float(f)} is not in [0, {rust_float(MAX_FLOOR_MAX)}]")
         r = self.redelivery
         if r is not None and r.max_ms < r.base_ms:
-            raise FieldError(
-                "redelivery.maxMs", f"{r.max_ms} is below redelivery.baseMs {r.base_ms}"
-            )
+            raise FieldError("redelivery.maxMs", f"{r.max_ms} is below redelivery.baseMs {r.base_ms}")
         b = self.brake
         if b is not None and not (math.isfinite(b.min_backoff) and 0.0 <= b.min_backoff <= 1.0):
             raise FieldError("brake.minBackoff", f"{rust_float(b.min_backoff)} is not in [0, 1]")

@@ -461,7 +461,7 @@ class Controller(abc.ABC):
     def permits(self, now: Nanos, in_flight: int) -> int:
         """How many more messages may be taken now."""
 
-    def release_unused(self, now: Nanos, unused: int) -> None:
+    def release_unused(self, now: Nanos, unused: int) -> None:  # noqa: B027 - an optional hook
         """Returns ``unused`` permits of the last grant that no message came back for."""
 
     @abc.abstractmethod
@@ -502,10 +502,10 @@ class Controller(abc.ABC):
         """With ``health_check_probes``: whether a health check should run now."""
         return False
 
-    def start_from(self, now: Nanos, backoff: float) -> None:
+    def start_from(self, now: Nanos, backoff: float) -> None:  # noqa: B027 - an optional hook
         """Starts from a backoff carried over from a previous controller."""
 
-    def record_health_check(self, now: Nanos, healthy: bool) -> None:
+    def record_health_check(self, now: Nanos, healthy: bool) -> None:  # noqa: B027 - an optional hook
         """Reports the result of a health check started after ``health_check_due``."""
 
 

@@ -203,12 +203,7 @@ class RatioThrottle(Controller):
         self._advance(now)
         cap = brake_cap(self._brake, self._settings.max_permits, now)
         if self._mode == Mode.PROBING:
-            if (
-                cap == 0
-                or in_flight > 0
-                or self._settings.health_check_probes
-                or not self._probe.due(now)
-            ):
+            if cap == 0 or in_flight > 0 or self._settings.health_check_probes or not self._probe.due(now):
                 return 0
             self._probe_armed = True
             return 1
@@ -243,20 +238,10 @@ class RatioThrottle(Controller):
         self._brake = brake
 
     def next_change(self, now: Nanos) -> Nanos | None:
-        probe = (
-            self._probe.next_at
-            if self._mode == Mode.PROBING and not self._probe.due(now)
-            else None
-        )
+        probe = self._probe.next_at if self._mode == Mode.PROBING and not self._probe.due(now) else None
         # The window forgets: the start of the next bin may lower the backoff.
-        next_bin = (
-            sat_mul(now // self._bin_width + 1, self._bin_width) if self._backoff > 0.0 else None
-        )
-        brake = (
-            self._brake.next_change(now, self._settings.max_permits)
-            if self._brake is not None
-            else None
-        )
+        next_bin = sat_mul(now // self._bin_width + 1, self._bin_width) if self._backoff > 0.0 else None
+        brake = self._brake.next_change(now, self._settings.max_permits) if self._brake is not None else None
         return earliest(earliest(probe, next_bin), brake)
 
     def health_check_due(self, now: Nanos) -> bool:

@@ -288,12 +288,7 @@ class SetPoint(Controller):
     def permits(self, now: Nanos, in_flight: int) -> int:
         cap = brake_cap(self._brake, self._settings.max_permits, now)
         if self._mode == Mode.PROBING:
-            if (
-                cap == 0
-                or in_flight > 0
-                or self._settings.health_check_probes
-                or not self._probe.due(now)
-            ):
+            if cap == 0 or in_flight > 0 or self._settings.health_check_probes or not self._probe.due(now):
                 return 0
             # Stateless grant: if the poll comes back empty the grant is simply available
             # again; `probe_armed` only tells the next outcome it is a probe.
@@ -345,16 +340,8 @@ class SetPoint(Controller):
         self._brake = brake
 
     def next_change(self, now: Nanos) -> Nanos | None:
-        probe = (
-            self._probe.next_at
-            if self._mode == Mode.PROBING and not self._probe.due(now)
-            else None
-        )
-        brake = (
-            self._brake.next_change(now, self._settings.max_permits)
-            if self._brake is not None
-            else None
-        )
+        probe = self._probe.next_at if self._mode == Mode.PROBING and not self._probe.due(now) else None
+        brake = self._brake.next_change(now, self._settings.max_permits) if self._brake is not None else None
         return earliest(probe, brake)
 
     def health_check_due(self, now: Nanos) -> bool:
