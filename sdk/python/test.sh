@@ -43,6 +43,6 @@ echo "sdk/python: ruff"
 "$venv/bin/ruff" check --no-cache .
 "$venv/bin/ruff" format --no-cache --check .
 echo "sdk/python: mypy --strict"
-"$venv/bin/mypy" --strict --cache-dir "$venv/.mypy_cache" src tests
+"$venv/bin/mypy" --strict --cache-dir "$venv/.mypy_cache" src tests examples
 echo "sdk/python: pytest"
 "$venv/bin/python" -m pytest -p no:cacheprovider -q tests
