@@ -117,7 +117,7 @@ def test_acquire_waits_for_a_finished_message() -> None:
     m = p.start()
     p.release()
     got: list[int] = []
-    waiter = threading.Thread(target=lambda: got.append(gate.acquire(1).granted))  # type: ignore[union-attr]
+    waiter = threading.Thread(target=lambda: got.append(gate.acquire(1).granted))
     waiter.start()
     time.sleep(0.05)
     assert waiter.is_alive() and not got
@@ -151,7 +151,7 @@ def test_acquire_async_waits_for_a_finished_message() -> None:
 
 def test_messages_beyond_the_grant_are_still_processed() -> None:
     gate = Gate(build(plain_settings().replace(max_permits=2), 1))
-    with gate.acquire(2) as p:  # type: ignore[union-attr]
+    with gate.acquire(2) as p:
         started = [p.start() for _ in range(3)]
     assert gate.snapshot().in_flight == 3
     for m in started:
@@ -162,7 +162,7 @@ def test_messages_beyond_the_grant_are_still_processed() -> None:
 
 def test_a_message_left_without_an_outcome_frees_the_slot_and_records_nothing() -> None:
     gate = Gate(build(plain_settings(), 1))
-    with pytest.raises(RuntimeError), gate.acquire(1) as p:  # type: ignore[union-attr]
+    with pytest.raises(RuntimeError), gate.acquire(1) as p:
         with p.start():
             raise RuntimeError("handler crashed")
     s = gate.snapshot()
@@ -173,7 +173,7 @@ def test_metrics_follow_the_gate() -> None:
     metrics = Metrics("w")
     clock = Clock()
     gate = Gate(build(plain_settings(), 1), metrics=metrics, clock=clock)
-    with gate.acquire(4) as p:  # type: ignore[union-attr]
+    with gate.acquire(4) as p:
         m = p.start()
     assert re.search(r'backpressure_in_flight\{workload="w"\} 1(\.0)?\n', metrics.encode())
     m.finish(Outcome.DEPENDENCY_FAILURE)
@@ -182,14 +182,14 @@ def test_metrics_follow_the_gate() -> None:
     assert re.search(r'backpressure_permits\{workload="w"\} 15(\.0)?\n', text), text
     assert 'backpressure_backoff_factor{workload="w"} 0.05\n' in text
     back_off(gate)
-    p = None
+    probe = None
     for _ in range(300):
-        p = gate.try_acquire(1)
-        if p is not None:
+        probe = gate.try_acquire(1)
+        if probe is not None:
             break
         clock.advance(0.01)
-    assert p is not None and p.is_probe
-    p.start().finish(Outcome.SUCCESS)
+    assert probe is not None and probe.is_probe
+    probe.start().finish(Outcome.SUCCESS)
     assert metrics.probe_count() == 1
 
 

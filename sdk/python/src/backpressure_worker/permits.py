@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from .controller import Brake, Controller, Mode, Nanos, Outcome, Settings, apply_settings
 from .wire import BrakeConfig
@@ -179,6 +179,15 @@ class Gate:
         if wake_at is not None:
             wait = min(max(wake_at - now, 0) / 1e9, MAX_WAIT_S)
         return wait, hc
+
+    @overload
+    def acquire(self, maximum: int = 1) -> PollPermit: ...
+
+    @overload
+    def acquire(self, maximum: int, timeout: float) -> PollPermit | None: ...
+
+    @overload
+    def acquire(self, maximum: int = 1, *, timeout: float) -> PollPermit | None: ...
 
     def acquire(self, maximum: int = 1, timeout: float | None = None) -> PollPermit | None:
         """Blocks until the controller allows at least one message and grants up to
