@@ -251,3 +251,36 @@ def test_hostile_fields_are_accepted_validly_or_refused_clearly() -> None:
         assert 0.0 < cfg.set_point < 1.0 and cfg.reaction >= 1 and cfg.max_permits >= 1
         assert 1 <= cfg.probe_initial_ms <= cfg.probe_max_ms and cfg.generation >= 0
         assert WorkerConfig.parse(cfg.to_bytes()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1.0, "1"),
+        (0.05, "0.05"),
+        (1e21, "1e+21"),
+        (1e20, "100000000000000000000"),
+        (1e-7, "1e-7"),
+        (1.5e-7, "1.5e-7"),
+        (0.000001, "0.000001"),
+        (-0.0, "0"),
+        (5e-324, "5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (2**64 - 1, "18446744073709552000"),
+        (2**53 + 1, "9007199254740992"),
+        (0.1 + 0.2, "0.30000000000000004"),
+        (-4.5, "-4.5"),
+        (1.25e-5, "0.0000125"),
+        (math.nan, "null"),
+        (10**400, "null"),
+    ],
+)
+def test_jcs_numbers_are_written_as_ecmascript_does(value: float, text: str) -> None:
+    assert jcs.format_number(value) == text
+
+
+def test_jcs_sorts_members_by_utf16_and_escapes_as_json_stringify() -> None:
+    value = {"b": [True, None, '\u2028/"\\\n\x01'], "a": {"\U0001f600": 1, "\ufb01": 2}, "": 0}
+    assert jcs.canonicalize(value) == (
+        '{"":0,"a":{"\U0001f600":1,"\ufb01":2},"b":[true,null,"\u2028/\\"\\\\\\n\\u0001"]}'
+    )

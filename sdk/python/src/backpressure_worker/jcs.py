@@ -29,7 +29,10 @@ def format_number(value: float | int) -> str:
 
     Non-finite numbers have no JSON form: they are written as ``null`` (as serde_json does).
     """
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond the doubles
+        return "null"
     if not math.isfinite(x):
         return "null"
     if x == 0.0:
