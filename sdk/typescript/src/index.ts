@@ -1,0 +1,7 @@
+/**
+ * `@backpressure-dev/worker`: worker-side backpressure for queue workers managed by
+ * backpressure-operator (a port of the Rust worker library, `crates/worker`).
+ */
+
+export * from "./wire.js";
+export * from "./controller/index.js";
