@@ -5,3 +5,5 @@
 
 export * from "./wire.js";
 export * from "./controller/index.js";
+export * from "./config.js";
+export { canonicalJson, type Plain } from "./json.js";
