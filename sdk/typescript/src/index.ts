@@ -7,3 +7,6 @@ export * from "./wire.js";
 export * from "./controller/index.js";
 export * from "./config.js";
 export { canonicalJson, type Plain } from "./json.js";
+export * from "./metrics.js";
+export * from "./permits.js";
+export { type Logger, defaultLogger, silentLogger } from "./log.js";
