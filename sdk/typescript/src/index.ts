@@ -10,3 +10,6 @@ export { canonicalJson, type Plain } from "./json.js";
 export * from "./metrics.js";
 export * from "./permits.js";
 export { type Logger, defaultLogger, silentLogger } from "./log.js";
+export * from "./token.js";
+export * from "./receiver.js";
+export * from "./admin.js";
