@@ -5,6 +5,8 @@
 # build (tsc), and the tests (node --test), golden vectors included. Needs Node >= 20 and npm.
 #
 # BP_VECTORS_typescript overrides the vectors directory (default: ../../conformance/vectors).
+# BP_K8S_BIN (the directory `make k8s-bins` prints) enables the TokenReview test against a real
+# kube-apiserver; without it that test is skipped.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
