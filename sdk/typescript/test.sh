@@ -34,4 +34,4 @@ fi
 npx --no-install prettier --check "src/**/*.ts" "test/**/*.ts" "examples/**/*.ts"
 rm -rf build
 npx --no-install tsc -p tsconfig.json
-node --test build/test/
+node --test build/test/*.test.js
