@@ -93,6 +93,9 @@ pub struct Snapshot {
     pub reserved: u32,
     /// Controller mode.
     pub mode: Mode,
+    /// The failure floor the controller learned: `None` until it has tested for one (see
+    /// [`Controller::floor_estimate`]).
+    pub failure_floor: Option<f64>,
 }
 
 struct State {
@@ -163,6 +166,7 @@ impl Gate {
             in_flight: st.in_flight,
             reserved: st.reserved,
             mode: st.controller.mode(),
+            failure_floor: st.controller.floor_estimate(),
         }
     }
 
@@ -273,6 +277,9 @@ impl Gate {
         if let Some(m) = &self.inner.metrics {
             let snap = self.snapshot();
             m.set_backoff(snap.backoff);
+            // NaN until tested: a fresh pod must not read as "no floor" (0) and pull the
+            // fleet's mean floor down before it has learned anything.
+            m.set_failure_floor(snap.failure_floor);
             m.set_permits(snap.limit);
             m.set_in_flight(snap.in_flight);
         }
@@ -648,6 +655,12 @@ mod tests {
         let gate = Gate::builder(controller::build(plain_settings(), 1))
             .metrics(metrics.clone())
             .build();
+        // A fresh gate has not tested for a floor: NaN, not 0 ("tested, none").
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"backpressure_failure_floor{workload="w"} NaN"#),
+            "{text}"
+        );
         let mut p = gate.acquire(4).await;
         let m = p.start();
         drop(p);
