@@ -1,6 +1,6 @@
 //! The operator's integration tests, one binary: `cargo test -p backpressure-operator --test it`.
 //!
-//! Each module is one area (`crd`, `operator`, `faults`, `guard`, `gitops`, `hostile`,
+//! Each module is one area (`conformance`, `crd`, `operator`, `faults`, `guard`, `gitops`, `hostile`,
 //! `observability`, `plugin`, `policy`, `tenancy`); `common` holds the harness they share. Every test that
 //! needs Kubernetes uses the one control plane of the run (`TestEnv::shared()`: a real
 //! kube-apiserver + etcd, started on first use) and holds [`common::serial`] for its whole
@@ -13,6 +13,7 @@
 mod common;
 
 mod chart;
+mod conformance;
 mod crd;
 mod faults;
 mod gitops;

@@ -1,9 +1,11 @@
-//! `backpressure-conformance`: writes (or checks) the golden vectors.
+//! `backpressure-conformance`: writes (or checks) the golden vectors, and checks a running
+//! worker against the wire contract (`check`, see `conformance/README.md`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use backpressure_conformance::suite::{self, KubeTokens, ServiceAccountRef, Target};
 use backpressure_conformance::vectors;
 use clap::{Parser, Subcommand};
 
@@ -11,7 +13,10 @@ use clap::{Parser, Subcommand};
 const VECTORS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../conformance/vectors");
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Golden vectors of the backpressure wire contract")]
+#[command(
+    version,
+    about = "Golden vectors of the backpressure wire contract, and the conformance suite"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,13 +34,74 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Checks a running worker from the outside: pushes, authentication, metrics and (with
+    /// --vectors) the controller through its conformance hook. Tokens are minted through the
+    /// cluster of KUBECONFIG (or the in-cluster ServiceAccount). Exits 1 when a check fails.
+    Check {
+        /// The worker's admin port, e.g. http://127.0.0.1:9464.
+        #[arg(long)]
+        worker_url: String,
+        /// The worker's namespace.
+        #[arg(long)]
+        namespace: String,
+        /// The worker's workload name.
+        #[arg(long)]
+        workload: String,
+        /// The ServiceAccount (namespace/name) the worker accepts pushes from.
+        #[arg(long)]
+        operator_service_account: ServiceAccountRef,
+        /// A ServiceAccount (namespace/name) the worker must refuse.
+        #[arg(long)]
+        other_service_account: ServiceAccountRef,
+        /// controller.json to replay through the worker's conformance hook.
+        #[arg(long)]
+        vectors: Option<PathBuf>,
+    },
 }
 
 fn main() -> Result<ExitCode> {
+    // The Kubernetes client speaks TLS with ring (as the operator does).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match Cli::parse().command {
         Command::Vectors { out, check } => {
             let dir = out.unwrap_or_else(|| PathBuf::from(VECTORS_DIR));
             run_vectors(&dir, check)
+        }
+        Command::Check {
+            worker_url,
+            namespace,
+            workload,
+            operator_service_account,
+            other_service_account,
+            vectors,
+        } => {
+            let target = Target {
+                base_url: worker_url,
+                namespace,
+                workload,
+            };
+            let options = suite::Options {
+                controller_vectors: vectors,
+                ..suite::Options::default()
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?
+                .block_on(async {
+                    let client = kube::Client::try_default()
+                        .await
+                        .context("the suite mints tokens: it needs Kubernetes credentials")?;
+                    let tokens =
+                        KubeTokens::new(client, operator_service_account, other_service_account);
+                    let report = suite::run(&target, &tokens, &options).await?;
+                    println!("{report}");
+                    Ok(if report.passed() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    })
+                })
         }
     }
 }

@@ -50,6 +50,16 @@ struct Args {
         value_delimiter = ','
     )]
     allowed_identities: Vec<String>,
+    /// The API server for TokenReview, outside a pod (with `--kube-ca-file` and
+    /// `--kube-token-file`); otherwise the in-cluster or kubeconfig credentials are used.
+    #[arg(long, env = "BP_KUBE_API_URL", requires_all = ["kube_ca_file", "kube_token_file"])]
+    kube_api_url: Option<String>,
+    /// The API server's CA bundle (PEM).
+    #[arg(long, env = "BP_KUBE_CA_FILE")]
+    kube_ca_file: Option<PathBuf>,
+    /// A file holding the bearer token to call the API server with (re-read as it rotates).
+    #[arg(long, env = "BP_KUBE_TOKEN_FILE")]
+    kube_token_file: Option<PathBuf>,
     /// PEM certificate (chain) of the admin port: serve HTTPS (with `--tls-key`).
     #[arg(long, env = "BP_TLS_CERT")]
     tls_cert: Option<PathBuf>,
@@ -118,6 +128,33 @@ impl Handler<Delivery<u64>> for Dependency {
     }
 }
 
+/// The client for TokenReview: the explicit API server of `--kube-api-url`, or the in-cluster
+/// or kubeconfig credentials.
+async fn kube_client(args: &Args) -> anyhow::Result<kube::Client> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let (Some(url), Some(ca), Some(token)) = (
+        &args.kube_api_url,
+        &args.kube_ca_file,
+        &args.kube_token_file,
+    ) else {
+        return Ok(kube::Client::try_default().await?);
+    };
+    // A kubeconfig of one cluster and one token file (JSON is YAML), so that kube reads the CA
+    // and re-reads the token as it rotates, as it does for a kubeconfig on disk.
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": url, "certificate-authority": ca}}],
+        "users": [{"name": "u", "user": {"tokenFile": token}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    });
+    let kubeconfig = Kubeconfig::from_yaml(&doc.to_string())?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -136,7 +173,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut admin = Admin::new(state.clone(), Some(metrics.clone()));
     if !args.allowed_identities.is_empty() {
-        let client = kube::Client::try_default()
+        let client = kube_client(&args)
             .await
             .context("config pushes need Kubernetes credentials for TokenReview")?;
         let namespace = args

@@ -1,0 +1,367 @@
+//! The conformance suite (`backpressure-conformance check`) against real workers: each
+//! implementation's example worker started as a process that reviews push tokens with the test
+//! control plane, with its conformance hook on. And against deliberately broken workers (the
+//! Rust worker behind a proxy that breaks one behaviour of the contract): the suite must fail
+//! exactly the checks of that behaviour, or the passes above mean nothing.
+//!
+//! Every run gets a fresh worker: the suite spends three failed authentications per run, and a
+//! worker throttles a source after ten (the contract's failure limit).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backpressure_conformance::suite::{
+    self, KubeTokens, Options, Report, ServiceAccountRef, Target,
+};
+use backpressure_envtest::{Supervised, TestEnv, repo_root, unique};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+use crate::common::serial;
+
+/// The identities of one test: the worker's namespace, the operator it accepts, another
+/// identity it must refuse, and the worker's own credentials for TokenReview.
+struct Identities {
+    namespace: String,
+    operator: ServiceAccountRef,
+    other: ServiceAccountRef,
+    reviewer_token_file: PathBuf,
+}
+
+async fn service_account(client: &kube::Client, ns: &str, name: &str) -> ServiceAccountRef {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &sa).await.unwrap();
+    ServiceAccountRef {
+        namespace: ns.to_owned(),
+        name: name.to_owned(),
+    }
+}
+
+async fn identities(env: &'static TestEnv) -> Identities {
+    let client = env.client().unwrap();
+    let namespace = env.namespace("conformance").await.unwrap();
+    let operator = service_account(&client, &namespace, "operator").await;
+    let other = service_account(&client, &namespace, "intruder").await;
+    // The worker's own ServiceAccount, allowed to create TokenReviews (as a pod's would be
+    // through the chart's worker-tokenreview ClusterRole; system:auth-delegator here).
+    let reviewer = service_account(&client, &namespace, "worker").await;
+    let crb: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{namespace}-worker-reviews")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+        "subjects": [{"kind": "ServiceAccount", "name": reviewer.name, "namespace": namespace}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &crb)
+        .await
+        .unwrap();
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(client, &namespace)
+        .create_token_request(&reviewer.name, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let reviewer_token_file = env.dir().join(format!("{namespace}-worker.token"));
+    std::fs::write(&reviewer_token_file, token).unwrap();
+    Identities {
+        namespace,
+        operator,
+        other,
+        reviewer_token_file,
+    }
+}
+
+/// An implementation of the worker side whose example worker the suite checks.
+#[derive(Debug, Clone, Copy)]
+enum Implementation {
+    /// `crates/worker/examples/example-worker.rs`.
+    Rust,
+}
+
+/// The Rust example worker's binary, built if `cargo test` has not built it yet.
+fn rust_example_worker() -> PathBuf {
+    // target/<profile>/deps/it-<hash> → target/<profile>/examples/example-worker
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_owned();
+    let bin = profile_dir.join("examples").join("example-worker");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(repo_root())
+            .args([
+                "build",
+                "--locked",
+                "-p",
+                "backpressure-worker",
+                "--example",
+                "example-worker",
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the example worker failed");
+    }
+    bin
+}
+
+/// A free port on loopback (bound and released: the worker binds it next).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A worker process serving its admin port on loopback.
+struct Worker {
+    process: Supervised,
+    url: String,
+    workload: String,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.process.stop();
+    }
+}
+
+async fn start_worker(env: &'static TestEnv, ids: &Identities, what: Implementation) -> Worker {
+    let workload = format!("orders-{}", unique());
+    let addr = format!("127.0.0.1:{}", free_port());
+    let allowed = format!(
+        "system:serviceaccount:{}:{}",
+        ids.operator.namespace, ids.operator.name
+    );
+    let ca = env.pki().ca_file.display().to_string();
+    let token = ids.reviewer_token_file.display().to_string();
+    let vars = [
+        ("BP_WORKLOAD", workload.as_str()),
+        ("BP_NAMESPACE", ids.namespace.as_str()),
+        ("BP_ADMIN_ADDR", addr.as_str()),
+        ("BP_ALLOWED_IDENTITIES", allowed.as_str()),
+        ("BP_CONFORMANCE_HOOK", "true"),
+        ("BP_KUBE_API_URL", env.server_url()),
+        ("BP_KUBE_CA_FILE", ca.as_str()),
+        ("BP_KUBE_TOKEN_FILE", token.as_str()),
+        // The example's queue: a few messages, then idle until stopped.
+        ("BP_MESSAGES", "20"),
+        ("BP_DURATION", "0"),
+        ("RUST_LOG", "info"),
+    ];
+    let log = env.dir().join(format!("{workload}.log"));
+    let (program, args): (PathBuf, Vec<String>) = match what {
+        Implementation::Rust => (rust_example_worker(), vec![]),
+    };
+    let process = Supervised::spawn_with_env(&workload, &program, &args, &vars, &log).unwrap();
+    let mut worker = Worker {
+        process,
+        url: format!("http://{addr}"),
+        workload,
+    };
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = http.get(format!("{}/healthz", worker.url)).send().await
+            && r.status().is_success()
+        {
+            return worker;
+        }
+        assert!(
+            worker.process.is_running() && tokio::time::Instant::now() < deadline,
+            "{what:?} worker did not come up:\n{}",
+            worker.process.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn vectors() -> PathBuf {
+    repo_root().join("conformance/vectors/controller.json")
+}
+
+/// Runs the suite against `url` (the worker, or a proxy in front of it).
+async fn check(env: &'static TestEnv, ids: &Identities, worker: &Worker, url: &str) -> Report {
+    let tokens = KubeTokens::new(
+        env.client().unwrap(),
+        ids.operator.clone(),
+        ids.other.clone(),
+    );
+    let target = Target {
+        base_url: url.to_owned(),
+        namespace: ids.namespace.clone(),
+        workload: worker.workload.clone(),
+    };
+    let options = Options {
+        controller_vectors: Some(vectors()),
+        ..Options::default()
+    };
+    suite::run(&target, &tokens, &options).await.unwrap()
+}
+
+async fn passes(what: Implementation) {
+    let _serial = serial().await;
+    let env = TestEnv::shared();
+    let ids = identities(env).await;
+    let worker = start_worker(env, &ids, what).await;
+    let report = check(env, &ids, &worker, &worker.url).await;
+    println!("{what:?} worker:\n{report}");
+    assert!(
+        report.passed(),
+        "{what:?} worker:\n{report}\n{}",
+        worker.process.log_tail(40)
+    );
+    let vectors = report
+        .checks
+        .iter()
+        .filter(|c| c.name.starts_with("controller-vector/"))
+        .count();
+    assert!(
+        vectors >= 25,
+        "only {vectors} controller vectors ran:\n{report}"
+    );
+}
+
+#[tokio::test]
+async fn the_rust_worker_passes_the_conformance_suite() {
+    passes(Implementation::Rust).await;
+}
+
+/// One behaviour of the contract broken by a proxy in front of a correct worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Break {
+    /// A push of an older generation is taken (200) instead of refused with 409.
+    TakesStalePushes,
+    /// The controller hook's first `permits` reading is one too many.
+    PermitsOffByOne,
+    /// The metrics carry another workload's label.
+    WrongWorkloadLabel,
+}
+
+/// A proxy on loopback in front of `upstream` that breaks `what`; its base URL.
+async fn broken_proxy(upstream: String, workload: String, what: Break) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let http = reqwest::Client::new();
+    let ctx = Arc::new((http, upstream, workload));
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let ctx = ctx.clone();
+                    async move { Ok::<_, Infallible>(forward(&ctx.0, &ctx.1, &ctx.2, what, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+async fn forward(
+    http: &reqwest::Client,
+    upstream: &str,
+    workload: &str,
+    what: Break,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<Full<Bytes>> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let headers = req.headers().clone();
+    let body = req.into_body().collect().await.unwrap().to_bytes();
+    let mut out = http
+        .request(method.clone(), format!("{upstream}{path}"))
+        .body(body);
+    for name in [http::header::AUTHORIZATION, http::header::CONTENT_TYPE] {
+        if let Some(v) = headers.get(&name) {
+            out = out.header(name, v);
+        }
+    }
+    let resp = out.send().await.unwrap();
+    let mut status = resp.status();
+    let mut text = resp.text().await.unwrap();
+    match what {
+        Break::TakesStalePushes if method == http::Method::PUT && status == 409 => {
+            status = http::StatusCode::OK;
+            text = http
+                .get(format!("{upstream}{path}"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+        }
+        Break::PermitsOffByOne if path == suite::HOOK_PATH && status == 200 => {
+            let mut v: Value = serde_json::from_str(&text).unwrap();
+            if let Some(o) = v["observations"]
+                .as_array_mut()
+                .unwrap()
+                .iter_mut()
+                .find(|o| o.get("permits").is_some())
+            {
+                o["permits"] = json!(o["permits"].as_u64().unwrap() + 1);
+            }
+            text = v.to_string();
+        }
+        Break::WrongWorkloadLabel if path == "/metrics" => {
+            text = text.replace(
+                &format!("workload=\"{workload}\""),
+                &format!("workload=\"{workload}-x\""),
+            );
+        }
+        _ => {}
+    }
+    let mut r = hyper::Response::new(Full::new(Bytes::from(text)));
+    *r.status_mut() = status;
+    r
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_worker_on_exactly_the_behaviour_it_breaks() {
+    let _serial = serial().await;
+    let env = TestEnv::shared();
+    let ids = identities(env).await;
+    for what in [
+        Break::TakesStalePushes,
+        Break::PermitsOffByOne,
+        Break::WrongWorkloadLabel,
+    ] {
+        let worker = start_worker(env, &ids, Implementation::Rust).await;
+        let proxy = broken_proxy(worker.url.clone(), worker.workload.clone(), what).await;
+        let report = check(env, &ids, &worker, &proxy).await;
+        let failed: Vec<&str> = report.failures().map(|c| c.name.as_str()).collect();
+        let expected = |name: &str| match what {
+            Break::TakesStalePushes => name == "stale-generation-is-409",
+            Break::PermitsOffByOne => name.starts_with("controller-vector/"),
+            Break::WrongWorkloadLabel => name == "metrics-names-types-labels",
+        };
+        assert!(
+            !failed.is_empty() && failed.iter().all(|n| expected(n)),
+            "{what:?}: failed {failed:?}\n{report}"
+        );
+    }
+}
