@@ -87,9 +87,10 @@ struct Args {
     /// Length of the outage in seconds.
     #[arg(long, env = "BP_OUTAGE_FOR", default_value_t = 0)]
     outage_for: u64,
-    /// Stop after this many seconds (0: when the queue is drained and no producer runs).
-    #[arg(long, env = "BP_DURATION", default_value_t = 0)]
-    duration: u64,
+    /// Stop after this many seconds; 0 serves until SIGTERM or SIGINT (a conformance run, a
+    /// pod). Unset: stop when the queue is drained and no producer runs.
+    #[arg(long, env = "BP_DURATION")]
+    duration: Option<u64>,
     /// Serve the conformance hook (`POST /v1/conformance/controller`) for a conformance run
     /// (`backpressure-conformance check`); never in production.
     #[arg(long, env = "BP_CONFORMANCE_HOOK")]
@@ -257,9 +258,12 @@ async fn main() -> anyhow::Result<()> {
     let worker = WorkerLoop::new(source.clone(), dependency, gate.clone());
     let run = tokio::spawn(worker.run(stopped(stop_rx.clone())));
     let mut report = tokio::time::interval(Duration::from_secs(1));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
             _ = report.tick() => {}
         }
         let s = gate.snapshot();
@@ -275,10 +279,10 @@ async fn main() -> anyhow::Result<()> {
             "status"
         );
         let elapsed = started.elapsed().as_secs();
-        let done = if args.duration > 0 {
-            elapsed >= args.duration
-        } else {
-            args.rate <= 0.0 && source.depth() == 0 && source.in_flight() == 0
+        let done = match args.duration {
+            Some(0) => false,
+            Some(d) => elapsed >= d,
+            None => args.rate <= 0.0 && source.depth() == 0 && source.in_flight() == 0,
         };
         if done {
             break;
