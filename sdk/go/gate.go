@@ -236,20 +236,9 @@ func (g *Gate) runHealthCheck(ctx context.Context) {
 func (g *Gate) Apply(settings Settings, brake *BrakeConfig, nowUnix int64) {
 	now := g.now()
 	g.mu.Lock()
-	var next *Brake
-	if brake != nil {
-		b := BrakeFromWire(brake, now, nowUnix)
-		next = &b
-	}
-	release := settings.BrakeRelease
 	// Offset in [0, release/2): pods lift at different moments.
-	offset := Nanos(toU64(float64(float64(release)*0.5) * g.brakeJitter))
-	var applied *Brake
-	if b, ok := SucceedBrake(g.brake, next, now, release, offset); ok {
-		applied = &b
-	}
-	g.brake = applied
-	ApplySettings(&g.controller, now, settings, g.seed, applied)
+	offset := Nanos(toU64(float64(float64(settings.BrakeRelease)*0.5) * g.brakeJitter))
+	g.brake = reconfigure(&g.controller, g.brake, now, settings, brake, nowUnix, g.seed, offset)
 	g.mu.Unlock()
 	g.publish()
 	g.wake()
