@@ -124,7 +124,8 @@ func (l *limiter) failed(source string) {
 // the body does not arrive in time, 409 for a payload older than the running generation, 413
 // for a body over MaxPayloadBytes, 429 (with Retry-After) for a source that failed
 // authentication too often, 503 when the token cannot be checked. The token is checked before
-// the body is read. Errors are JSON {"error": "..."}.
+// the body is read. Errors are JSON {"error": "..."}. WithConformanceHook adds POST
+// ConformanceHookPath for conformance runs.
 type Admin struct {
 	state         *ConfigState
 	metrics       *Metrics
@@ -135,6 +136,8 @@ type Admin struct {
 	limiter       *limiter
 	now           func() time.Time
 	logger        *slog.Logger
+	// conformanceHook serves POST ConformanceHookPath (WithConformanceHook).
+	conformanceHook bool
 }
 
 // NewAdmin is a worker's admin endpoint; metrics may be nil. It accepts no pushes until
@@ -169,6 +172,17 @@ func (a *Admin) WithFailureLimit(l FailureLimit) *Admin {
 // WithTimeouts sets the time allowed for a request's headers (used by Server) and body.
 func (a *Admin) WithTimeouts(headers, body time.Duration) *Admin {
 	a.headerTimeout, a.bodyTimeout = headers, body
+	return a
+}
+
+// WithConformanceHook also serves the conformance hook, POST ConformanceHookPath: the
+// golden-vector case in the body run on a fresh controller (ConformanceCase.Run), answered
+// with {"observations": [...]}; 400 for a body that is not a case, 413 over
+// MaxConformanceCaseBytes. For conformance runs only: the hook takes no token (it touches no
+// state of the worker, but a case costs CPU), so it is off by default and the path answers
+// 404 without this option.
+func (a *Admin) WithConformanceHook() *Admin {
+	a.conformanceHook = true
 	return a
 }
 
@@ -218,9 +232,30 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed")
 		}
+	case ConformanceHookPath:
+		// Like the Rust worker: only POST, and only when enabled; anything else is not found.
+		if !a.conformanceHook || r.Method != http.MethodPost {
+			writeError(w, http.StatusNotFound, "not found")
+			return
+		}
+		a.hook(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "not found")
 	}
+}
+
+// hook answers the conformance hook: the case in the body run on a fresh controller.
+func (a *Admin) hook(w http.ResponseWriter, r *http.Request) {
+	body, ok := a.readBody(w, r, MaxConformanceCaseBytes, "case")
+	if !ok {
+		return
+	}
+	out, err := RunConformanceCase(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *Admin) push(w http.ResponseWriter, r *http.Request) {
@@ -228,7 +263,7 @@ func (a *Admin) push(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, ok := a.readBody(w, r)
+	body, ok := a.readBody(w, r, MaxPayloadBytes, "document")
 	if !ok {
 		return
 	}
@@ -317,22 +352,23 @@ func bearer(r *http.Request) (string, bool) {
 	return token, true
 }
 
-// readBody reads at most MaxPayloadBytes (413) within the body timeout (408).
-func (a *Admin) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if r.ContentLength > MaxPayloadBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, (&TooLargeError{int(r.ContentLength)}).Error())
+// readBody reads at most limit bytes (413) within the body timeout (408); what names the
+// body in the 413 answer.
+func (a *Admin) readBody(w http.ResponseWriter, r *http.Request, limit int64, what string) ([]byte, bool) {
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s of %d bytes exceeds the limit of %d bytes", what, r.ContentLength, limit))
 		return nil, false
 	}
 	// The deadline applies to a real connection; a handler called directly has none.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(a.bodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxPayloadBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	var netErr net.Error
 	switch {
 	case err == nil:
 		return body, true
 	case errors.As(err, &tooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("document exceeds the limit of %d bytes", MaxPayloadBytes))
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s exceeds the limit of %d bytes", what, limit))
 	case errors.As(err, &netErr) && netErr.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
 		// The connection cannot be read any more: answer and close it.
 		w.Header().Set("Connection", "close")

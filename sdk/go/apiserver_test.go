@@ -24,7 +24,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -323,4 +326,87 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 	if s := push(opToken, config(1, 3)); s != 200 || gate.Snapshot().Limit != 3 {
 		t.Fatal("the operator's push:", s)
 	}
+
+	// The example worker as a conformance harness starts it: explicit API server credentials
+	// from the environment, pushes reviewed by this API server, clean exit on SIGTERM.
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(workerToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	worker, addr := startExampleWorker(t, dir, []string{
+		"BP_WORKLOAD=export", "BP_NAMESPACE=shop", "BP_ADMIN_ADDR=127.0.0.1:0",
+		"BP_ALLOWED_IDENTITIES=" + operator, "BP_CONFORMANCE_HOOK=true",
+		"BP_KUBE_API_URL=" + k.url, "BP_KUBE_CA_FILE=" + pki.caFile, "BP_KUBE_TOKEN_FILE=" + tokenFile,
+	})
+	pushTo := func(token string, cfg WorkerConfig) (int, string) {
+		req, _ := http.NewRequest("PUT", "http://"+addr+ConfigPath, bytes.NewReader(mustJSON(t, cfg)))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if s, body := pushTo(someone, config(2, 4)); s != 403 {
+		t.Fatal("example worker, another identity:", s, body)
+	}
+	want := config(2, 4)
+	if s, body := pushTo(opToken, want); s != 200 || !strings.Contains(body, want.Hash) {
+		t.Fatal("example worker, the operator's push:", s, body)
+	}
+	if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- worker.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("example worker after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("example worker still running 15 s after SIGTERM")
+	}
+}
+
+// startExampleWorker builds examples/worker and starts it with env (and PATH) only; it
+// returns once the admin port listens.
+func startExampleWorker(t *testing.T, dir string, env []string) (*exec.Cmd, string) {
+	t.Helper()
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	bin := filepath.Join(dir, "example-worker")
+	if out, err := exec.Command(goTool, "build", "-o", bin, "./examples/worker").CombinedOutput(); err != nil {
+		t.Fatalf("building the example: %v\n%s", err, out)
+	}
+	logPath := filepath.Join(dir, "example-worker.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		log.Close()
+	})
+	listening := regexp.MustCompile(`admin server listening addr=(\S+)`)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		text, _ := os.ReadFile(logPath)
+		if m := listening.FindSubmatch(text); m != nil {
+			return cmd, string(m[1])
+		}
+	}
+	text, _ := os.ReadFile(logPath)
+	t.Fatalf("the example worker did not listen:\n%s", text)
+	return nil, ""
 }

@@ -30,6 +30,10 @@ type Snapshot struct {
 	Reserved uint32
 	// Mode is the controller's mode.
 	Mode Mode
+	// FailureFloor is the failure floor the controller learned, valid when FailureFloorKnown
+	// (false until it has tested for one; see Controller.FloorEstimate).
+	FailureFloor      float64
+	FailureFloorKnown bool
 }
 
 // Gate shares one Controller between a poll loop and the goroutines processing messages, on
@@ -117,12 +121,15 @@ func (g *Gate) Snapshot() Snapshot {
 }
 
 func (g *Gate) snapshotLocked(now Nanos) Snapshot {
+	floor, known := g.controller.FloorEstimate()
 	return Snapshot{
-		Backoff:  g.controller.Backoff(now),
-		Limit:    g.controller.Limit(now),
-		InFlight: g.inFlight,
-		Reserved: g.reserved,
-		Mode:     g.controller.Mode(),
+		Backoff:           g.controller.Backoff(now),
+		Limit:             g.controller.Limit(now),
+		InFlight:          g.inFlight,
+		Reserved:          g.reserved,
+		Mode:              g.controller.Mode(),
+		FailureFloor:      floor,
+		FailureFloorKnown: known,
 	}
 }
 
@@ -229,20 +236,9 @@ func (g *Gate) runHealthCheck(ctx context.Context) {
 func (g *Gate) Apply(settings Settings, brake *BrakeConfig, nowUnix int64) {
 	now := g.now()
 	g.mu.Lock()
-	var next *Brake
-	if brake != nil {
-		b := BrakeFromWire(brake, now, nowUnix)
-		next = &b
-	}
-	release := settings.BrakeRelease
 	// Offset in [0, release/2): pods lift at different moments.
-	offset := Nanos(toU64(float64(float64(release)*0.5) * g.brakeJitter))
-	var applied *Brake
-	if b, ok := SucceedBrake(g.brake, next, now, release, offset); ok {
-		applied = &b
-	}
-	g.brake = applied
-	ApplySettings(&g.controller, now, settings, g.seed, applied)
+	offset := Nanos(toU64(float64(float64(settings.BrakeRelease)*0.5) * g.brakeJitter))
+	g.brake = reconfigure(&g.controller, g.brake, now, settings, brake, nowUnix, g.seed, offset)
 	g.mu.Unlock()
 	g.publish()
 	g.wake()
@@ -255,6 +251,9 @@ func (g *Gate) publish() {
 	}
 	s := g.Snapshot()
 	g.metrics.SetBackoff(s.Backoff)
+	// NaN until tested: a fresh pod must not read as "no floor" (0) and pull the fleet's
+	// mean floor down before it has learned anything.
+	g.metrics.SetFailureFloor(s.FailureFloor, s.FailureFloorKnown)
 	g.metrics.SetPermits(s.Limit)
 	g.metrics.SetInFlight(s.InFlight)
 }

@@ -2,6 +2,7 @@ package backpressure
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,5 +355,63 @@ func TestAWaitingWorkerWakesUpAsTheBrakeLifts(t *testing.T) {
 	waited := time.Since(start)
 	if waited < 1050*time.Millisecond || waited > 2*time.Second || p.Granted() != 1 {
 		t.Fatal(waited, p.Granted())
+	}
+}
+
+// floorGauge is the backpressure_failure_floor sample of m's exposition.
+func floorGauge(t *testing.T, m *Metrics) string {
+	t.Helper()
+	prefix := MetricFailureFloor + `{workload="w"} `
+	for _, line := range strings.Split(m.Encode(), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %s sample", MetricFailureFloor)
+	return ""
+}
+
+// The failure-floor gauge is NaN until the controller has tested for a floor, from the
+// gate's creation on (0 would read as "tested, no floor" and pull the fleet's mean floor
+// down), and follows the controller through reconfigurations (the Rust Gate::publish).
+func TestFailureFloorGaugeIsNaNUntilTested(t *testing.T) {
+	m := NewMetrics("w")
+	g := NewGate(Build(plainSettings(), 1), WithMetrics(m))
+	if got := floorGauge(t, m); got != "NaN" {
+		t.Fatalf("fresh gate: failure floor %s, want NaN", got)
+	}
+	if s := g.Snapshot(); s.FailureFloorKnown {
+		t.Fatalf("fresh gate knows a floor: %+v", s)
+	}
+	p, _ := g.Acquire(context.Background(), 1)
+	p.Start().Finish(Success)
+	p.Release()
+	if got := floorGauge(t, m); got != "NaN" {
+		t.Fatalf("after one outcome: failure floor %s, want NaN", got)
+	}
+
+	// A controller that learned a floor (load-independent failures of 15%) exports it as
+	// soon as a gate publishes, before any outcome through the gate.
+	learned, _, _ := drive(1800, 600, func(uint32, uint64) float64 { return 0.15 })
+	floor, known := learned.FloorEstimate()
+	if !known || floor < 0.12 || floor > 0.18 {
+		t.Fatalf("drive learned no floor: %v %v", floor, known)
+	}
+	m = NewMetrics("w")
+	clock := &fakeClock{}
+	clock.advance(1801 * time.Second) // after the drive's last tick
+	g = NewGate(learned, WithMetrics(m), withClock(clock.now))
+	if s := g.Snapshot(); !s.FailureFloorKnown || s.FailureFloor != floor {
+		t.Fatalf("snapshot %+v, learned %v", s, floor)
+	}
+	if got, want := floorGauge(t, m), strconv.FormatFloat(floor, 'g', -1, 64); got != want {
+		t.Fatalf("learned floor exported as %s, want %s", got, want)
+	}
+	// Another algorithm: a new controller that has tested nothing.
+	fixed := plainSettings()
+	fixed.Algorithm = AlgorithmFixed
+	g.Apply(fixed, nil, unixNow())
+	if got := floorGauge(t, m); got != "NaN" {
+		t.Fatalf("after switching to Fixed: failure floor %s, want NaN", got)
 	}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Go SDK's checks: module download (the Go module proxy, cached in Go's own module cache
-# outside the repository), gofmt, go vet, the example's build, and the tests with the race
-# detector, golden vectors included (../../conformance/vectors, or BP_VECTORS_go).
+# outside the repository), gofmt, go vet, the example's build (build/example-worker), and the
+# tests with the race detector, golden vectors included (../../conformance/vectors, or
+# BP_VECTORS_go).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -24,7 +25,10 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
-go build -o /dev/null ./examples/worker
+# The example worker, as the conformance harness starts it (from the repository root:
+# sdk/go/build/example-worker with the environment of conformance/README.md). A built binary,
+# not `go run`: SIGTERM to `go run` leaves its child running.
+go build -o build/example-worker ./examples/worker
 
 # -race needs cgo; without a C compiler the tests run without it.
 race=-race

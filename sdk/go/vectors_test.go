@@ -40,56 +40,25 @@ type vectorExpect struct {
 	FloorEstimate json.RawMessage `json:"floorEstimate"`
 }
 
-type vectorStep struct {
-	T        uint64          `json:"t"`
-	Op       string          `json:"op"`
-	Outcome  string          `json:"outcome"`
-	InFlight *uint32         `json:"inFlight"`
-	Unused   *uint32         `json:"unused"`
-	Config   json.RawMessage `json:"config"`
-	UnixS    *int64          `json:"unixS"`
-	Expect   vectorExpect    `json:"expect"`
-}
-
-type vectorCase struct {
-	Name          string          `json:"name"`
-	Description   string          `json:"description"`
-	Seed          uint64          `json:"seed"`
-	BrakeOffsetNs uint64          `json:"brakeOffsetNs"`
-	Config        json.RawMessage `json:"config"`
-	Steps         []vectorStep    `json:"steps"`
+// vectorExpectations is what a case of the file expects; the case itself runs through the
+// conformance executor (conformance.go), exactly as the hook runs it.
+type vectorExpectations struct {
+	Name  string `json:"name"`
+	Steps []struct {
+		T      uint64       `json:"t"`
+		Op     string       `json:"op"`
+		Expect vectorExpect `json:"expect"`
+	} `json:"steps"`
 }
 
 type controllerVectors struct {
-	Format    string       `json:"format"`
-	Tolerance float64      `json:"tolerance"`
-	Cases     []vectorCase `json:"cases"`
+	Format    string            `json:"format"`
+	Tolerance float64           `json:"tolerance"`
+	Cases     []json.RawMessage `json:"cases"`
 }
 
-// vectorWorker applies configurations as a worker does (Gate.Apply): the brake converted to
-// controller time, succeeding the old one with this worker's offset, then ApplySettings.
-type vectorWorker struct {
-	c      Controller
-	brake  *Brake
-	seed   uint64
-	offset Nanos
-}
-
-func (w *vectorWorker) configure(now Nanos, cfg *WorkerConfig, unixS int64) {
-	settings := SettingsFromConfig(cfg)
-	var next *Brake
-	if cfg.Brake != nil {
-		b := BrakeFromWire(cfg.Brake, now, unixS)
-		next = &b
-	}
-	old := w.brake
-	w.brake = nil
-	if b, ok := SucceedBrake(old, next, now, settings.BrakeRelease, w.offset); ok {
-		w.brake = &b
-	}
-	ApplySettings(&w.c, now, settings, w.seed, w.brake)
-}
-
+// TestGoldenControllerVectors runs every case of controller.json through the conformance
+// executor (the hook's) and compares every reading with the case's expect.
 func TestGoldenControllerVectors(t *testing.T) {
 	var v controllerVectors
 	if err := json.Unmarshal(readVectors(t, "controller.json"), &v); err != nil {
@@ -102,96 +71,82 @@ func TestGoldenControllerVectors(t *testing.T) {
 		t.Fatal("controller.json has no cases")
 	}
 	steps := 0
-	for _, c := range v.Cases {
-		steps += len(c.Steps)
-		t.Run(c.Name, func(t *testing.T) { runVectorCase(t, v.Tolerance, c) })
+	for i, raw := range v.Cases {
+		var e vectorExpectations
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatalf("cases[%d]: %v", i, err)
+		}
+		steps += len(e.Steps)
+		t.Run(e.Name, func(t *testing.T) { runVectorCase(t, v.Tolerance, raw, e) })
 	}
 	t.Logf("%d cases, %d steps", len(v.Cases), steps)
 }
 
-func runVectorCase(t *testing.T, tolerance float64, c vectorCase) {
-	cfg, err := decodeWorkerConfig(c.Config)
+func runVectorCase(t *testing.T, tolerance float64, raw json.RawMessage, e vectorExpectations) {
+	c, err := ParseConformanceCase(raw)
 	if err != nil {
-		t.Fatalf("case %s: config: %v", c.Name, err)
+		t.Fatalf("case %s: %v", e.Name, err)
 	}
-	w := &vectorWorker{c: FromConfig(&cfg, c.Seed), seed: c.Seed, offset: Nanos(c.BrakeOffsetNs)}
-	if cfg.Brake != nil {
-		t.Fatalf("case %s: the initial config carries a brake (it comes with a configure step)", c.Name)
+	if c.Config.Brake != nil {
+		t.Fatalf("case %s: the initial config carries a brake (it comes with a configure step)", e.Name)
 	}
-	for i, s := range c.Steps {
-		now := Nanos(s.T)
+	out, err := c.Run()
+	if err != nil {
+		t.Fatalf("case %s: %v", e.Name, err)
+	}
+	checkObservations(t, tolerance, out, e)
+}
+
+// checkObservations compares the readings of a case with its expect, step by step.
+func checkObservations(t *testing.T, tolerance float64, out Observations, e vectorExpectations) {
+	t.Helper()
+	if len(out.Observations) != len(e.Steps) {
+		t.Fatalf("case %s: %d observations for %d steps", e.Name, len(out.Observations), len(e.Steps))
+	}
+	for i, s := range e.Steps {
+		o := out.Observations[i]
 		fail := func(format string, args ...any) {
-			t.Fatalf("case %s, step %d (t=%d, op=%s): %s", c.Name, i, s.T, s.Op, fmt.Sprintf(format, args...))
+			t.Fatalf("case %s, step %d (t=%d, op=%s): %s", e.Name, i, s.T, s.Op, fmt.Sprintf(format, args...))
 		}
-		var permits *uint32
-		switch s.Op {
-		case "record":
-			o, err := ParseOutcome(s.Outcome)
-			if err != nil {
-				fail("%v", err)
-			}
-			w.c.Record(now, o)
-		case "permits":
-			if s.InFlight == nil {
-				fail("no inFlight")
-			}
-			p := w.c.Permits(now, *s.InFlight)
-			permits = &p
-		case "releaseUnused":
-			if s.Unused == nil {
-				fail("no unused")
-			}
-			w.c.ReleaseUnused(now, *s.Unused)
-		case "configure":
-			next, err := decodeWorkerConfig(s.Config)
-			if err != nil {
-				fail("config: %v", err)
-			}
-			if s.UnixS == nil {
-				fail("no unixS")
-			}
-			w.configure(now, &next, *s.UnixS)
-		default:
-			fail("unknown op")
+		if (o.Permits != nil) != (s.Op == string(OpPermits)) {
+			fail("permits reported: %v", o.Permits != nil)
 		}
-		e := s.Expect
-		if e.Permits != nil {
-			if permits == nil {
+		want := s.Expect
+		if want.Permits != nil {
+			if o.Permits == nil {
 				fail("expects permits on a step that is not a permits call")
 			}
-			if *permits != *e.Permits {
-				fail("permits %d, expected %d", *permits, *e.Permits)
+			if *o.Permits != *want.Permits {
+				fail("permits %d, expected %d", *o.Permits, *want.Permits)
 			}
 		}
-		if e.Backoff != nil {
-			if got := w.c.Backoff(now); !(math.Abs(got-*e.Backoff) <= tolerance) {
-				fail("backoff %v, expected %v", got, *e.Backoff)
-			}
+		if want.Backoff != nil && !(math.Abs(o.Backoff-*want.Backoff) <= tolerance) {
+			fail("backoff %v, expected %v", o.Backoff, *want.Backoff)
 		}
-		if e.Mode != nil && w.c.Mode().String() != *e.Mode {
-			fail("mode %s, expected %s", w.c.Mode(), *e.Mode)
+		if want.Mode != nil && o.Mode != *want.Mode {
+			fail("mode %s, expected %s", o.Mode, *want.Mode)
 		}
-		if e.Limit != nil && w.c.Limit(now) != *e.Limit {
-			fail("limit %d, expected %d", w.c.Limit(now), *e.Limit)
+		if want.Limit != nil && o.Limit != *want.Limit {
+			fail("limit %d, expected %d", o.Limit, *want.Limit)
 		}
-		if e.FailureFloor != nil {
-			if got := w.c.FailureFloor(); !(math.Abs(got-*e.FailureFloor) <= tolerance) {
-				fail("failureFloor %v, expected %v", got, *e.FailureFloor)
-			}
+		if want.FailureFloor != nil && !(math.Abs(o.FailureFloor-*want.FailureFloor) <= tolerance) {
+			fail("failureFloor %v, expected %v", o.FailureFloor, *want.FailureFloor)
 		}
-		if len(e.FloorEstimate) > 0 {
-			got, known := w.c.FloorEstimate()
-			if string(bytes.TrimSpace(e.FloorEstimate)) == "null" {
-				if known {
-					fail("floorEstimate %v, expected null", got)
+		if len(want.FloorEstimate) > 0 {
+			if string(bytes.TrimSpace(want.FloorEstimate)) == "null" {
+				if o.FloorEstimate != nil {
+					fail("floorEstimate %v, expected null", *o.FloorEstimate)
 				}
 			} else {
-				var want float64
-				if err := json.Unmarshal(e.FloorEstimate, &want); err != nil {
+				var w float64
+				if err := json.Unmarshal(want.FloorEstimate, &w); err != nil {
 					fail("floorEstimate: %v", err)
 				}
-				if !known || !(math.Abs(got-want) <= tolerance) {
-					fail("floorEstimate %v (known %v), expected %v", got, known, want)
+				if o.FloorEstimate == nil {
+					fail("floorEstimate null, expected %v", w)
+				}
+				if !(math.Abs(*o.FloorEstimate-w) <= tolerance) {
+					fail("floorEstimate %v, expected %v", *o.FloorEstimate, w)
 				}
 			}
 		}

@@ -194,11 +194,21 @@ func malformed(format string, args ...any) error {
 // object reads a JSON object's members strictly: names are case-sensitive, duplicates and
 // names not in known are refused. Values are kept raw.
 func object(data []byte, known []string) (map[string]json.RawMessage, error) {
+	return readObject(data, known, false)
+}
+
+// objectIgnoring reads a JSON object's members in known (case-sensitive, duplicates refused)
+// and skips the others, as serde does for a struct without deny_unknown_fields.
+func objectIgnoring(data []byte, known []string) (map[string]json.RawMessage, error) {
+	return readObject(data, known, true)
+}
+
+func readObject(data []byte, known []string, ignoreUnknown bool) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, malformed("%v", err)
+		return nil, jsonError(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return nil, malformed("invalid type: expected a JSON object")
@@ -207,7 +217,7 @@ func object(data []byte, known []string) (map[string]json.RawMessage, error) {
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, malformed("%v", err)
+			return nil, jsonError(err)
 		}
 		name, ok := tok.(string)
 		if !ok {
@@ -215,7 +225,7 @@ func object(data []byte, known []string) (map[string]json.RawMessage, error) {
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, malformed("%v", err)
+			return nil, jsonError(err)
 		}
 		isKnown := false
 		for _, k := range known {
@@ -225,6 +235,9 @@ func object(data []byte, known []string) (map[string]json.RawMessage, error) {
 			}
 		}
 		if !isKnown {
+			if ignoreUnknown {
+				continue
+			}
 			return nil, malformed("unknown field `%s`, expected one of %s", name, quoteAll(known))
 		}
 		if _, dup := members[name]; dup {
@@ -233,12 +246,21 @@ func object(data []byte, known []string) (map[string]json.RawMessage, error) {
 		members[name] = raw
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, malformed("%v", err)
+		return nil, jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, malformed("trailing characters")
 	}
 	return members, nil
+}
+
+// jsonError is a decoding error as a MalformedError; a document that ends early says so
+// (encoding/json reports a bare EOF).
+func jsonError(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return malformed("EOF while parsing a value")
+	}
+	return malformed("%v", err)
 }
 
 func quoteAll(names []string) string {
