@@ -9,12 +9,16 @@
  * for a body over 64 KiB, 408 when the body does not arrive in time, 429 (with `Retry-After`)
  * for a source that failed authentication too often, 503 when the token cannot be checked. The
  * token is checked before the body is read. Errors are JSON `{"error": "..."}`.
+ *
+ * With `conformanceHook`, it also serves `POST /v1/conformance/controller` for a conformance
+ * run (see `conformance.ts`); without it, that path is 404.
  */
 
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
 import { ConfigError } from "./config.js";
+import { CaseError, HOOK_PATH, MAX_CASE_BYTES, runCaseBody } from "./conformance.js";
 import type { Logger } from "./log.js";
 import { defaultLogger } from "./log.js";
 import type { Metrics } from "./metrics.js";
@@ -173,6 +177,13 @@ export interface AdminOptions {
   clock?: Clock;
   /** Where refusals are reported. */
   logger?: Logger;
+  /**
+   * Also serve the conformance hook, `POST /v1/conformance/controller`: one golden-vector case
+   * run on a fresh controller (`executeCase`), for the conformance suite. For conformance runs
+   * only: the hook takes no token (it touches no state of the worker, but it costs CPU), so a
+   * production worker leaves it off, the default; the path is then 404.
+   */
+  conformanceHook?: boolean;
 }
 
 class BodyTimeout extends Error {}
@@ -186,6 +197,8 @@ export class Admin {
   readonly bodyTimeoutMs: number;
   private readonly limiter: Limiter;
   private readonly logger: Logger;
+  /** Whether `POST /v1/conformance/controller` is served. */
+  readonly conformanceHook: boolean;
 
   constructor(
     readonly state: ConfigState,
@@ -201,6 +214,7 @@ export class Admin {
       options.clock ?? new MonotonicClock(),
     );
     this.logger = options.logger ?? defaultLogger;
+    this.conformanceHook = options.conformanceHook ?? false;
   }
 
   /** Answers one request. */
@@ -215,6 +229,7 @@ export class Admin {
     if (path === PRODUCER_PATH) return error(404, "this pod runs no producer gate");
     if (path === CONFIG_PATH && method === "GET") return ackReply(this.state.ack());
     if (path === CONFIG_PATH && method === "PUT") return this.push(req);
+    if (path === HOOK_PATH && method === "POST" && this.conformanceHook) return this.hook(req);
     if (path === CONFIG_PATH || path === HEALTHZ_PATH || path === METRICS_PATH) {
       return error(405, "method not allowed");
     }
@@ -224,7 +239,11 @@ export class Admin {
   private async push(req: AdminRequest): Promise<AdminResponse> {
     const identity = await this.authenticate(req);
     if ("status" in identity) return identity;
-    const body = await this.readBody(req);
+    const body = await this.readBody(req, MAX_PAYLOAD_BYTES, (n) =>
+      n === undefined
+        ? `document exceeds the limit of ${MAX_PAYLOAD_BYTES} bytes`
+        : ConfigError.tooLarge(n).message,
+    );
     if (!(body instanceof Uint8Array)) return body;
     try {
       const ack = this.state.applyBytes(body, "push");
@@ -237,6 +256,25 @@ export class Admin {
     } catch (e) {
       if (e instanceof ConfigError) return error(e.kind === "too_large" ? 413 : 400, e.message);
       if (e instanceof StaleGenerationError) return error(409, e.message);
+      throw e;
+    }
+  }
+
+  /**
+   * The conformance hook: the case in the body run on a fresh controller; 400 for a body that
+   * is not a case, 413 over `MAX_CASE_BYTES`, 408 when the body does not arrive in time.
+   */
+  private async hook(req: AdminRequest): Promise<AdminResponse> {
+    const body = await this.readBody(
+      req,
+      MAX_CASE_BYTES,
+      () => `case exceeds the limit of ${MAX_CASE_BYTES} bytes`,
+    );
+    if (!(body instanceof Uint8Array)) return body;
+    try {
+      return reply(200, "application/json", runCaseBody(body));
+    } catch (e) {
+      if (e instanceof CaseError) return error(400, e.message);
       throw e;
     }
   }
@@ -282,15 +320,20 @@ export class Admin {
     return identity;
   }
 
-  /** The body, at most `MAX_PAYLOAD_BYTES` (413) within the body timeout (408). */
-  private async readBody(req: AdminRequest): Promise<Uint8Array | AdminResponse> {
+  /**
+   * The body, at most `limit` bytes (413, saying `tooLarge(declared size)`, or `tooLarge()`
+   * when the size is not declared) within the body timeout (408).
+   */
+  private async readBody(
+    req: AdminRequest,
+    limit: number,
+    tooLarge: (size?: number) => string,
+  ): Promise<Uint8Array | AdminResponse> {
     let declared = req.headers["content-length"];
     if (Array.isArray(declared)) declared = declared[0];
     if (declared !== undefined && /^\d+$/.test(declared.trim())) {
       const n = Number(declared.trim());
-      if (n > MAX_PAYLOAD_BYTES) {
-        return { ...error(413, ConfigError.tooLarge(n).message), close: true };
-      }
+      if (n > limit) return { ...error(413, tooLarge(n)), close: true };
     }
     const chunks: Uint8Array[] = [];
     let size = 0;
@@ -301,7 +344,7 @@ export class Admin {
     const collect = (async () => {
       for await (const chunk of req.body) {
         size += chunk.length;
-        if (size > MAX_PAYLOAD_BYTES) return "too large" as const;
+        if (size > limit) return "too large" as const;
         chunks.push(chunk);
       }
       return "done" as const;
@@ -309,10 +352,7 @@ export class Admin {
     try {
       const r = await Promise.race([collect, timeout]);
       if (r === "too large") {
-        return {
-          ...error(413, `document exceeds the limit of ${MAX_PAYLOAD_BYTES} bytes`),
-          close: true,
-        };
+        return { ...error(413, tooLarge()), close: true };
       }
     } catch (e) {
       if (e instanceof BodyTimeout) {

@@ -427,6 +427,15 @@ export function parseWorkerConfig(bytes: Uint8Array | string): WorkerConfig {
     if (e instanceof JsonSyntaxError) throw ConfigError.malformed(e.message);
     throw e;
   }
+  return workerConfigFromJson(json);
+}
+
+/**
+ * Decodes and validates a payload already read as JSON (a document inside another one, such
+ * as a conformance case's `config`): the shape, version, ranges and (when given) the hash, as
+ * `parseWorkerConfig` without the size limit. Throws a `ConfigError`.
+ */
+export function workerConfigFromJson(json: JsonValue): WorkerConfig {
   const exact = workerConfig(json, "") as ExactConfig;
   validateExact(exact);
   return toPublic(exact);

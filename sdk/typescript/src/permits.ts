@@ -61,6 +61,8 @@ export interface Snapshot {
   reserved: number;
   /** Controller mode. */
   mode: Mode;
+  /** The failure floor the controller learned: null until it has tested for one. */
+  failureFloor: number | null;
 }
 
 /** Options of a `Gate`. */
@@ -117,6 +119,7 @@ export class Gate {
       inFlight: this.inFlight,
       reserved: this.reserved,
       mode: this.controller.mode(),
+      failureFloor: this.controller.floorEstimate(),
     };
   }
 
@@ -217,6 +220,9 @@ export class Gate {
     if (this.metrics === undefined) return;
     const s = this.snapshot();
     this.metrics.setBackoff(s.backoff);
+    // NaN until tested: a fresh pod must not read as "no floor" (0) and pull the fleet's mean
+    // floor down before it has learned anything.
+    this.metrics.setFailureFloor(s.failureFloor);
     this.metrics.setPermits(s.limit);
     this.metrics.setInFlight(s.inFlight);
   }

@@ -7,9 +7,11 @@ import { test } from "node:test";
 import {
   type Clock,
   Gate,
+  type InFlight,
   Metrics,
   type Nanos,
   type Settings,
+  SplitMix64,
   buildController,
   defaultSettings,
   defaultWorkerConfigUnhashed,
@@ -260,4 +262,43 @@ test("a waiting worker wakes up as the brake lifts (real time)", async () => {
   assert.ok(waitedMs >= 1090 && waitedMs <= 1600, `${waitedMs} ms`);
   assert.equal(p.granted, 1, "one permit, not sixteen");
   p.release();
+});
+
+test("the failure-floor gauge is NaN until the controller has tested for a floor", async () => {
+  const metrics = new Metrics("w");
+  const clock = new SteppedClock();
+  const gate = new Gate(
+    buildController({ ...steady(), algorithm: "SetPoint", maxPermits: 16, reaction: 20 }, 7),
+    { metrics, clock, seed: 7, brakeJitter: 0 },
+  );
+  const floorLine = async () =>
+    (await metrics.encode()).split("\n").find((l) => l.startsWith("backpressure_failure_floor{"));
+  // A fresh gate, before any outcome: untested (NaN), not "tested, none" (0).
+  assert.equal(gate.snapshot().failureFloor, null);
+  assert.equal(await floorLine(), 'backpressure_failure_floor{workload="w"} NaN');
+  // A dependency that fails 15% of calls whatever the load: the controller learns the floor
+  // and the gauge shows it (each message takes 1 s; the clock moves 100 ms a tick).
+  const rng = new SplitMix64(11);
+  const inFlight: [number, InFlight, boolean][] = [];
+  for (let tick = 0; tick < 18_000; tick++) {
+    clock.t = fromSecs(1) + fromMillis(tick * 100);
+    for (let i = inFlight.length - 1; i >= 0; i--) {
+      const [due, slot, ok] = inFlight[i] as [number, InFlight, boolean];
+      if (due > tick) continue;
+      inFlight.splice(i, 1);
+      slot.finish(ok ? "success" : "dependency_failure");
+    }
+    const p = gate.tryAcquire(16);
+    if (p === null) continue;
+    for (let j = 0; j < p.granted; j++)
+      inFlight.push([tick + 10, p.start(), rng.nextF64() >= 0.15]);
+    p.release();
+  }
+  const floor = gate.snapshot().failureFloor;
+  assert.ok(floor !== null && floor >= 0.12 && floor <= 0.18, `floor ${floor}`);
+  assert.equal(await floorLine(), `backpressure_failure_floor{workload="w"} ${floor}`);
+  // A controller that tests for no floor (the ratio throttle) is untested again: NaN at once.
+  gate.apply({ ...steady(), algorithm: "RatioThrottle", maxPermits: 16 }, null, 1_700_000_000);
+  assert.equal(gate.snapshot().failureFloor, null);
+  assert.equal(await floorLine(), 'backpressure_failure_floor{workload="w"} NaN');
 });

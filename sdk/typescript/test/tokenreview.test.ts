@@ -30,6 +30,7 @@ import {
   workerConfigToJson,
 } from "../src/index.js";
 import { silentLogger } from "../src/log.js";
+import { httpRequest, startExample, stopExample } from "./exampleProcess.js";
 
 const BIN = process.env.BP_K8S_BIN;
 const skip = BIN === undefined || BIN === "" ? "BP_K8S_BIN is not set (make k8s-bins)" : false;
@@ -261,3 +262,49 @@ test("a push authenticated by the real API server is applied", { skip }, async (
   assert.equal(r.status, 200, r.body);
   assert.equal(gate.snapshot().limit, 5);
 });
+
+test(
+  "the example worker, started from the conformance environment, takes pushes reviewed by the API server",
+  { skip },
+  async () => {
+    const c = cp as ControlPlane;
+    // The harness's files: the API server's CA and the bearer token the worker reviews with.
+    const caFile = path.join(c.dir, "example-ca.crt");
+    const tokenFile = path.join(c.dir, "example-token");
+    writeFileSync(caFile, c.api.ca as Buffer);
+    writeFileSync(tokenFile, `${c.adminToken}\n`);
+    const w = await startExample({
+      BP_WORKLOAD: "orders",
+      BP_NAMESPACE: "team-a",
+      BP_ADMIN_ADDR: "127.0.0.1:0",
+      BP_ALLOWED_IDENTITIES: `system:serviceaccount:default:somebody-else,${serviceAccountUsername("default", "backpressure-operator")}`,
+      BP_CONFORMANCE_HOOK: "true",
+      BP_KUBE_API_URL: c.api.url,
+      BP_KUBE_CA_FILE: caFile,
+      BP_KUBE_TOKEN_FILE: tokenFile,
+    });
+    try {
+      const audience = pushAudience("team-a", "orders");
+      const cfg = withHash({ ...defaultWorkerConfig(), generation: 4, maxPermits: 6 });
+      const push = (token: string) =>
+        httpRequest("PUT", `${w.url}${CONFIG_PATH}`, workerConfigToJson(cfg), {
+          authorization: `Bearer ${token}`,
+          "content-type": "application/json",
+        });
+      assert.equal((await push(await mint("intruder", [audience]))).status, 403);
+      assert.equal(
+        (await push(await mint("backpressure-operator", [pushAudience("team-a", "x")]))).status,
+        401,
+      );
+      const ok = await push(await mint("backpressure-operator", [audience]));
+      assert.equal(ok.status, 200, ok.body);
+      assert.deepEqual(JSON.parse(ok.body), { hash: cfg.hash, generation: 4 });
+      const running = await httpRequest("GET", `${w.url}${CONFIG_PATH}`);
+      assert.deepEqual(JSON.parse(running.body), { hash: cfg.hash, generation: 4 });
+      const metrics = await httpRequest("GET", `${w.url}/metrics`);
+      assert.match(metrics.body, new RegExp(`backpressure_config_info\\{.*hash="${cfg.hash}"`));
+    } finally {
+      assert.deepEqual(await stopExample(w), { code: 0, signal: null }, w.stderr());
+    }
+  },
+);
