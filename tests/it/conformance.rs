@@ -94,6 +94,8 @@ async fn identities(env: &'static TestEnv) -> Identities {
 enum Implementation {
     /// `crates/worker/examples/example-worker.rs`.
     Rust,
+    /// `sdk/go/examples/worker`.
+    Go,
 }
 
 /// The Rust example worker's binary, built if `cargo test` has not built it yet.
@@ -117,6 +119,27 @@ fn rust_example_worker() -> PathBuf {
             .status()
             .unwrap();
         assert!(status.success(), "building the example worker failed");
+    }
+    bin
+}
+
+/// The Go SDK's example worker (`sdk/go/test.sh` builds it; built here if it has not run).
+fn go_example_worker() -> PathBuf {
+    let dir = repo_root().join("sdk/go");
+    let bin = dir.join("build/example-worker");
+    if !bin.exists() {
+        let path = format!(
+            "{}:/usr/local/go/bin",
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let status = Command::new("go")
+            .current_dir(&dir)
+            .env("PATH", path)
+            .env("GOTOOLCHAIN", "local")
+            .args(["build", "-o", "build/example-worker", "./examples/worker"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the Go example worker failed");
     }
     bin
 }
@@ -169,6 +192,7 @@ async fn start_worker(env: &'static TestEnv, ids: &Identities, what: Implementat
     let log = env.dir().join(format!("{workload}.log"));
     let (program, args): (PathBuf, Vec<String>) = match what {
         Implementation::Rust => (rust_example_worker(), vec![]),
+        Implementation::Go => (go_example_worker(), vec![]),
     };
     let process = Supervised::spawn_with_env(&workload, &program, &args, &vars, &log).unwrap();
     let mut worker = Worker {
@@ -242,6 +266,11 @@ async fn passes(what: Implementation) {
 #[tokio::test]
 async fn the_rust_worker_passes_the_conformance_suite() {
     passes(Implementation::Rust).await;
+}
+
+#[tokio::test]
+async fn the_go_sdk_worker_passes_the_conformance_suite() {
+    passes(Implementation::Go).await;
 }
 
 /// One behaviour of the contract broken by a proxy in front of a correct worker.
