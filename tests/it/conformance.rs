@@ -26,7 +26,10 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
+use crate::common::operator::{OPERATOR_NAMESPACE, OPERATOR_SA};
+use crate::common::pods;
 use crate::common::serial;
+use crate::common::world::{W, World};
 
 /// The identities of one test: the worker's namespace, the operator it accepts, another
 /// identity it must refuse, and the worker's own credentials for TokenReview.
@@ -47,14 +50,12 @@ async fn service_account(client: &kube::Client, ns: &str, name: &str) -> Service
     }
 }
 
-async fn identities(env: &'static TestEnv) -> Identities {
+/// The worker's own ServiceAccount in `namespace`, allowed to create TokenReviews (as a pod's
+/// would be through the chart's worker-tokenreview ClusterRole; system:auth-delegator here):
+/// a file with its token, as a pod has one mounted.
+async fn reviewer_token(env: &'static TestEnv, namespace: &str) -> PathBuf {
     let client = env.client().unwrap();
-    let namespace = env.namespace("conformance").await.unwrap();
-    let operator = service_account(&client, &namespace, "operator").await;
-    let other = service_account(&client, &namespace, "intruder").await;
-    // The worker's own ServiceAccount, allowed to create TokenReviews (as a pod's would be
-    // through the chart's worker-tokenreview ClusterRole; system:auth-delegator here).
-    let reviewer = service_account(&client, &namespace, "worker").await;
+    let reviewer = service_account(&client, namespace, "worker").await;
     let crb: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": format!("{namespace}-worker-reviews")},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
@@ -72,15 +73,24 @@ async fn identities(env: &'static TestEnv) -> Identities {
         },
         ..TokenRequest::default()
     };
-    let token = Api::<ServiceAccount>::namespaced(client, &namespace)
+    let token = Api::<ServiceAccount>::namespaced(client, namespace)
         .create_token_request(&reviewer.name, &PostParams::default(), &request)
         .await
         .unwrap()
         .status
         .unwrap()
         .token;
-    let reviewer_token_file = env.dir().join(format!("{namespace}-worker.token"));
-    std::fs::write(&reviewer_token_file, token).unwrap();
+    let file = env.dir().join(format!("{namespace}-worker.token"));
+    std::fs::write(&file, token).unwrap();
+    file
+}
+
+async fn identities(env: &'static TestEnv) -> Identities {
+    let client = env.client().unwrap();
+    let namespace = env.namespace("conformance").await.unwrap();
+    let operator = service_account(&client, &namespace, "operator").await;
+    let other = service_account(&client, &namespace, "intruder").await;
+    let reviewer_token_file = reviewer_token(env, &namespace).await;
     Identities {
         namespace,
         operator,
@@ -94,6 +104,8 @@ async fn identities(env: &'static TestEnv) -> Identities {
 enum Implementation {
     /// `crates/worker/examples/example-worker.rs`.
     Rust,
+    /// `sdk/go/examples/worker`.
+    Go,
 }
 
 /// The Rust example worker's binary, built if `cargo test` has not built it yet.
@@ -121,6 +133,27 @@ fn rust_example_worker() -> PathBuf {
     bin
 }
 
+/// The Go SDK's example worker (`sdk/go/test.sh` builds it; built here if it has not run).
+fn go_example_worker() -> PathBuf {
+    let dir = repo_root().join("sdk/go");
+    let bin = dir.join("build/example-worker");
+    if !bin.exists() {
+        let path = format!(
+            "{}:/usr/local/go/bin",
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let status = Command::new("go")
+            .current_dir(&dir)
+            .env("PATH", path)
+            .env("GOTOOLCHAIN", "local")
+            .args(["build", "-o", "build/example-worker", "./examples/worker"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the Go example worker failed");
+    }
+    bin
+}
+
 /// A free port on loopback (bound and released: the worker binds it next).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -135,6 +168,7 @@ struct Worker {
     process: Supervised,
     url: String,
     workload: String,
+    port: u16,
 }
 
 impl Drop for Worker {
@@ -144,8 +178,19 @@ impl Drop for Worker {
 }
 
 async fn start_worker(env: &'static TestEnv, ids: &Identities, what: Implementation) -> Worker {
-    let workload = format!("orders-{}", unique());
-    let addr = format!("127.0.0.1:{}", free_port());
+    start_worker_as(env, ids, &format!("orders-{}", unique()), what).await
+}
+
+/// A worker of `workload` (several may share one: the pods of a workload).
+async fn start_worker_as(
+    env: &'static TestEnv,
+    ids: &Identities,
+    workload: &str,
+    what: Implementation,
+) -> Worker {
+    let workload = workload.to_owned();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
     let allowed = format!(
         "system:serviceaccount:{}:{}",
         ids.operator.namespace, ids.operator.name
@@ -166,15 +211,17 @@ async fn start_worker(env: &'static TestEnv, ids: &Identities, what: Implementat
         ("BP_DURATION", "0"),
         ("RUST_LOG", "info"),
     ];
-    let log = env.dir().join(format!("{workload}.log"));
+    let log = env.dir().join(format!("{workload}-{what:?}-{port}.log"));
     let (program, args): (PathBuf, Vec<String>) = match what {
         Implementation::Rust => (rust_example_worker(), vec![]),
+        Implementation::Go => (go_example_worker(), vec![]),
     };
     let process = Supervised::spawn_with_env(&workload, &program, &args, &vars, &log).unwrap();
     let mut worker = Worker {
         process,
         url: format!("http://{addr}"),
         workload,
+        port,
     };
     let http = reqwest::Client::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -242,6 +289,11 @@ async fn passes(what: Implementation) {
 #[tokio::test]
 async fn the_rust_worker_passes_the_conformance_suite() {
     passes(Implementation::Rust).await;
+}
+
+#[tokio::test]
+async fn the_go_sdk_worker_passes_the_conformance_suite() {
+    passes(Implementation::Go).await;
 }
 
 /// One behaviour of the contract broken by a proxy in front of a correct worker.
@@ -362,6 +414,81 @@ async fn the_suite_fails_a_worker_on_exactly_the_behaviour_it_breaks() {
         assert!(
             !failed.is_empty() && failed.iter().all(|n| expected(n)),
             "{what:?}: failed {failed:?}\n{report}"
+        );
+    }
+}
+
+/// The acceptance of the any-language contract: one workload whose pods run the worker of
+/// every implementation, configured by the real operator (its own ServiceAccount, real push
+/// tokens, the workers' TokenReviews): every pod takes the push and runs the hash the status
+/// reports.
+#[tokio::test]
+async fn the_operator_configures_workers_of_every_language_with_one_hash() {
+    let _serial = serial().await;
+    let mut w = World::builder("polyglot").replicas(2).start().await;
+    let env = w.scene.env;
+    let ids = Identities {
+        namespace: w.scene.ns.clone(),
+        operator: ServiceAccountRef {
+            namespace: OPERATOR_NAMESPACE.to_owned(),
+            name: OPERATOR_SA.to_owned(),
+        },
+        other: ServiceAccountRef {
+            namespace: w.scene.ns.clone(),
+            name: "unused".to_owned(),
+        },
+        reviewer_token_file: reviewer_token(env, &w.scene.ns).await,
+    };
+    let all = [Implementation::Rust, Implementation::Go];
+    let mut workers = Vec::new();
+    for (i, what) in all.into_iter().enumerate() {
+        let worker = start_worker_as(env, &ids, W, what).await;
+        pods::create_ready(
+            &w.scene.client,
+            &w.scene.ns,
+            W,
+            &format!("w-{i}"),
+            worker.port,
+        )
+        .await;
+        workers.push((what, worker));
+    }
+    w.apply(json!({"worker": {"setPoint": 0.08, "maxPermits": 6}}))
+        .await;
+    w.start_operator().await;
+    let n = workers.len() as i32;
+    let s = w
+        .wait_for(Duration::from_secs(60), "every pod in sync", || async {
+            let s = w.status().await;
+            s.config
+                .as_ref()
+                .is_some_and(|c| c.pods_in_sync == n && c.pods_total == n)
+                .then_some(s)
+        })
+        .await;
+    let hash = s.config.unwrap().hash;
+    let http = reqwest::Client::new();
+    for (what, worker) in &workers {
+        let ack: Value = http
+            .get(format!("{}/v1/config", worker.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(ack["hash"], json!(hash), "{what:?} worker runs {ack}");
+        let metrics = http
+            .get(format!("{}/metrics", worker.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.contains(&format!("hash=\"{hash}\"")),
+            "{what:?} worker does not report hash {hash}:\n{metrics}"
         );
     }
 }

@@ -193,7 +193,10 @@ pub async fn run(
     tokens: &KubeTokens,
     options: &Options,
 ) -> Result<Report, SuiteError> {
+    // A connection per request: a worker may close one after refusing a body it did not read
+    // (413 on the declared length), and a reused connection would fail the next check.
     let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
         .timeout(options.timeout)
         .build()
         .map_err(SuiteError::Client)?;
