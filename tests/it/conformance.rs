@@ -106,6 +106,8 @@ enum Implementation {
     Rust,
     /// `sdk/go/examples/worker`.
     Go,
+    /// `sdk/typescript/examples/worker.ts`.
+    TypeScript,
 }
 
 /// The Rust example worker's binary, built if `cargo test` has not built it yet.
@@ -152,6 +154,27 @@ fn go_example_worker() -> PathBuf {
         assert!(status.success(), "building the Go example worker failed");
     }
     bin
+}
+
+/// The TypeScript SDK's example worker, compiled (`sdk/typescript/test.sh` builds it; built
+/// here if it has not run), and the node that runs it.
+fn typescript_example_worker() -> (PathBuf, Vec<String>) {
+    let dir = repo_root().join("sdk/typescript");
+    let script = dir.join("build/examples/worker.js");
+    if !script.exists() {
+        for args in [
+            &["ci", "--no-audit", "--no-fund"][..],
+            &["run", "build"][..],
+        ] {
+            let status = Command::new("npm")
+                .current_dir(&dir)
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(status.success(), "npm {args:?} in sdk/typescript failed");
+        }
+    }
+    (PathBuf::from("node"), vec![script.display().to_string()])
 }
 
 /// A free port on loopback (bound and released: the worker binds it next).
@@ -215,6 +238,7 @@ async fn start_worker_as(
     let (program, args): (PathBuf, Vec<String>) = match what {
         Implementation::Rust => (rust_example_worker(), vec![]),
         Implementation::Go => (go_example_worker(), vec![]),
+        Implementation::TypeScript => typescript_example_worker(),
     };
     let process = Supervised::spawn_with_env(&workload, &program, &args, &vars, &log).unwrap();
     let mut worker = Worker {
@@ -294,6 +318,11 @@ async fn the_rust_worker_passes_the_conformance_suite() {
 #[tokio::test]
 async fn the_go_sdk_worker_passes_the_conformance_suite() {
     passes(Implementation::Go).await;
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_worker_passes_the_conformance_suite() {
+    passes(Implementation::TypeScript).await;
 }
 
 /// One behaviour of the contract broken by a proxy in front of a correct worker.
@@ -439,7 +468,11 @@ async fn the_operator_configures_workers_of_every_language_with_one_hash() {
         },
         reviewer_token_file: reviewer_token(env, &w.scene.ns).await,
     };
-    let all = [Implementation::Rust, Implementation::Go];
+    let all = [
+        Implementation::Rust,
+        Implementation::Go,
+        Implementation::TypeScript,
+    ];
     let mut workers = Vec::new();
     for (i, what) in all.into_iter().enumerate() {
         let worker = start_worker_as(env, &ids, W, what).await;
