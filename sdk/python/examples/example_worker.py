@@ -83,7 +83,8 @@ def default_namespace() -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     doc = __doc__ or ""
     p = argparse.ArgumentParser(
-        description=doc.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=" ".join(doc.split("\n\n")[0].split()),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     env = os.environ.get
 
