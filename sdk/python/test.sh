@@ -6,6 +6,10 @@
 # overrides), installs the package and its test tools from PyPI into it once, then runs
 # ruff, mypy --strict and pytest. The golden vectors are read from ../../conformance/vectors/
 # ($BP_VECTORS_python overrides); a missing vectors file fails the tests.
+#
+# It also links sdk/python/.venv to the venv (unless .venv is a directory of its own), so the
+# example worker runs from the repository root with
+#   sdk/python/.venv/bin/python sdk/python/examples/example_worker.py
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,6 +40,11 @@ if [ ! -f "$venv/.installed" ]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
   touch "$venv/.installed"
+fi
+
+# The example worker's interpreter at a fixed path (see the README: "Conformance runs").
+if [ -L .venv ] || [ ! -e .venv ]; then
+  ln -sfn "$venv" .venv
 fi
 
 export PYTHONDONTWRITEBYTECODE=1

@@ -39,6 +39,8 @@ from backpressure_worker.token import (
 )
 from backpressure_worker.wire import CONFIG_PATH, WorkerConfig, push_audience
 
+from .conftest import Worker, request, start
+
 BIN = os.environ.get("BP_K8S_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="BP_K8S_BIN is not set (make k8s-bins)")
 
@@ -354,3 +356,38 @@ def test_pushes_over_http_with_real_tokens(env: Env, worker_client: TokenReviewC
         assert gate.snapshot().limit == 7
     finally:
         server.shutdown()
+
+
+def test_the_example_worker_takes_pushes_with_the_conformance_environment(
+    env: Env, worker_client: TokenReviewClient, workers: list[Worker]
+) -> None:
+    """The example worker started as the conformance harness starts it: identity, allowed
+    identities and explicit TokenReview credentials from the environment only."""
+    env.service_account(OPERATOR_NS, OPERATOR_SA)
+    env.service_account(OPERATOR_NS, "someone-else")
+    w = start(
+        {
+            "BP_WORKLOAD": WORKLOAD,
+            "BP_NAMESPACE": NS,
+            "BP_ADMIN_ADDR": "127.0.0.1:0",
+            "BP_ALLOWED_IDENTITIES": f"system:serviceaccount:x:y,{service_account_username(OPERATOR_NS, OPERATOR_SA)}",
+            "BP_CONFORMANCE_HOOK": "1",
+            "BP_KUBE_API_URL": env.url,
+            "BP_KUBE_CA_FILE": str(env.dir / "ca.crt"),
+            "BP_KUBE_TOKEN_FILE": str(env.dir / "worker-token"),  # written by worker_client
+            "BP_WORK_MS": "5",
+        }
+    )
+    workers.append(w)
+    port = int(w.wait_for(r"admin server listening on 127\.0\.0\.1:(\d+)").group(1))
+    audience = push_audience(NS, WORKLOAD)
+    cfg = WorkerConfig(generation=int(time.time() * 1000), max_permits=5).with_hash()
+    status, body = put(port, env.token(OPERATOR_NS, "someone-else", audience), cfg.to_bytes())
+    assert status == 403, body
+    status, body = put(port, env.token(OPERATOR_NS, OPERATOR_SA, audience), cfg.to_bytes())
+    assert status == 200, body
+    status, body = request(port, "GET", CONFIG_PATH)
+    assert status == 200 and json.loads(body) == {"hash": cfg.hash, "generation": cfg.generation}
+    status, body = request(port, "GET", "/metrics")
+    assert f'hash="{cfg.hash}"' in body, body
+    assert w.stop() == 0, "".join(w.log)

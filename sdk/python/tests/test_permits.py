@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import re
 import threading
 import time
@@ -23,6 +24,8 @@ from backpressure_worker.controller import (
 from backpressure_worker.metrics import Metrics
 from backpressure_worker.permits import Gate
 from backpressure_worker.wire import BrakeConfig, WorkerConfig
+
+from .test_controller import drive
 
 
 class Clock:
@@ -191,6 +194,35 @@ def test_metrics_follow_the_gate() -> None:
     assert probe is not None and probe.is_probe
     probe.start().finish(Outcome.SUCCESS)
     assert metrics.probe_count() == 1
+
+
+def failure_floor_gauge(metrics: Metrics) -> float:
+    m = re.search(r'^backpressure_failure_floor\{workload="w"\} (\S+)$', metrics.encode(), re.M)
+    assert m is not None, metrics.encode()
+    return float(m.group(1))
+
+
+def test_failure_floor_gauge_is_nan_until_the_controller_has_tested_for_a_floor() -> None:
+    metrics = Metrics("w")
+    metrics.set_failure_floor(0.2)  # left by a gate this registry served before
+    clock = Clock()
+    gate = Gate(build(plain_settings(), 1), metrics=metrics, clock=clock)
+    # A fresh gate has not tested for a floor: NaN ("untested"), not 0 ("tested, none").
+    assert math.isnan(failure_floor_gauge(metrics))
+    with gate.acquire(1) as p:
+        m = p.start()
+    m.finish(Outcome.SUCCESS)
+    assert math.isnan(failure_floor_gauge(metrics)), "one success tests nothing"
+    # A controller that learned a floor of ~15 % exports it from the gate's first publish.
+    learned, _, _ = drive(1800, 600, lambda _l, _t: 0.15)
+    estimate = learned.floor_estimate()
+    assert estimate is not None and 0.12 <= estimate <= 0.18, estimate
+    gate = Gate(learned, metrics=metrics, clock=lambda: from_secs(1800))
+    assert failure_floor_gauge(metrics) == pytest.approx(estimate)
+    # Switching to an algorithm that learns no floor: untested again.
+    gate.apply(learned.settings.replace(algorithm=Algorithm.FIXED), None, 1_000)
+    assert math.isnan(failure_floor_gauge(metrics))
+    assert gate.snapshot().failure_floor is None
 
 
 def test_health_check_replaces_message_probes() -> None:

@@ -1,5 +1,6 @@
 """The golden vectors (conformance/vectors/, format in conformance/README.md): every case of
-controller.json step by step, and every payload of hash.json. A missing file fails."""
+controller.json step by step through the conformance executor the hook serves
+(backpressure_worker.conformance), and every payload of hash.json. A missing file fails."""
 
 from __future__ import annotations
 
@@ -10,14 +11,7 @@ from typing import Any
 import pytest
 
 from backpressure_worker import jcs
-from backpressure_worker.controller import (
-    Brake,
-    Controller,
-    Outcome,
-    Settings,
-    apply_settings,
-    from_config,
-)
+from backpressure_worker.conformance import Case, execute
 from backpressure_worker.wire import WIRE_VERSION, WorkerConfig, content_hash
 
 from .conftest import load_vectors
@@ -56,61 +50,36 @@ def _close(a: float | None, b: float | None, tol: float) -> bool:
     return abs(a - b) <= tol
 
 
-def run_controller_case(case: dict[str, Any], tolerance: float) -> None:
-    """Drives one controller through the case's steps; fails at the first step whose
-    readings differ, naming the case and the step."""
+def check_controller_case(case: dict[str, Any], tolerance: float) -> None:
+    """Runs the case through the SDK's conformance executor (the one the hook serves) and
+    fails at the first step whose readings differ from its ``expect``, naming the case and the
+    step."""
     name = case["name"]
-    seed = int(case["seed"])
-    offset = int(case["brakeOffsetNs"])
-    controller: Controller = from_config(WorkerConfig.from_json(case["config"]), seed)
-    brake: Brake | None = None
-    for i, step in enumerate(case["steps"]):
-        t = int(step["t"])
-        op = step["op"]
-        where = f"case {name!r} step {i} (op {op} at t={t})"
-        permits: int | None = None
-        if op == "record":
-            controller.record(t, Outcome(step["outcome"]))
-        elif op == "permits":
-            permits = controller.permits(t, int(step["inFlight"]))
-        elif op == "releaseUnused":
-            controller.release_unused(t, int(step["unused"]))
-        elif op == "configure":
-            cfg = WorkerConfig.from_json(step["config"])
-            cfg.validate()
-            settings = Settings.from_config(cfg)
-            new = Brake.from_wire(cfg.brake, t, int(step["unixS"])) if cfg.brake else None
-            brake = Brake.succeed(brake, new, t, settings.brake_release, offset)
-            controller = apply_settings(controller, t, settings, seed, brake)
-        else:
-            pytest.fail(f"{where}: unknown op")
+    observations = execute(Case.from_json(case))
+    steps = case["steps"]
+    assert len(observations) == len(steps), f"case {name!r}: one observation per step"
+    for i, (step, obs) in enumerate(zip(steps, observations, strict=True)):
+        where = f"case {name!r} step {i} (op {step['op']} at t={step['t']})"
         expect = step["expect"]
-        got: dict[str, Any] = {
-            "backoff": controller.backoff(t),
-            "mode": controller.mode.value,
-            "limit": controller.limit(t),
-            "failureFloor": controller.failure_floor(),
-            "floorEstimate": controller.floor_estimate(),
-        }
         problems = []
-        if not _close(got["backoff"], float(expect["backoff"]), tolerance):
-            problems.append(f"backoff {got['backoff']!r} != {expect['backoff']!r}")
-        if got["mode"] != expect["mode"]:
-            problems.append(f"mode {got['mode']} != {expect['mode']}")
-        if got["limit"] != expect["limit"]:
-            problems.append(f"limit {got['limit']} != {expect['limit']}")
-        if "permits" in expect and permits != expect["permits"]:
-            problems.append(f"permits {permits} != {expect['permits']}")
-        if "permits" in expect and op != "permits":
-            problems.append("expect.permits on a step that is not `permits`")
+        if not _close(obs.backoff, float(expect["backoff"]), tolerance):
+            problems.append(f"backoff {obs.backoff!r} != {expect['backoff']!r}")
+        if obs.mode != expect["mode"]:
+            problems.append(f"mode {obs.mode} != {expect['mode']}")
+        if obs.limit != expect["limit"]:
+            problems.append(f"limit {obs.limit} != {expect['limit']}")
+        if ("permits" in expect) != (step["op"] == "permits"):
+            problems.append("expect.permits on a step that is not `permits`, or missing on one")
+        if "permits" in expect and obs.permits != expect["permits"]:
+            problems.append(f"permits {obs.permits} != {expect['permits']}")
         if "failureFloor" in expect and not _close(
-            got["failureFloor"], float(expect["failureFloor"]), tolerance
+            obs.failure_floor, float(expect["failureFloor"]), tolerance
         ):
-            problems.append(f"failureFloor {got['failureFloor']!r} != {expect['failureFloor']!r}")
+            problems.append(f"failureFloor {obs.failure_floor!r} != {expect['failureFloor']!r}")
         if "floorEstimate" in expect:
             want = expect["floorEstimate"]
-            if not _close(got["floorEstimate"], None if want is None else float(want), tolerance):
-                problems.append(f"floorEstimate {got['floorEstimate']!r} != {want!r}")
+            if not _close(obs.floor_estimate, None if want is None else float(want), tolerance):
+                problems.append(f"floorEstimate {obs.floor_estimate!r} != {want!r}")
         if problems:
             pytest.fail(f"{where}: " + "; ".join(problems), pytrace=False)
 
@@ -118,7 +87,7 @@ def run_controller_case(case: dict[str, Any], tolerance: float) -> None:
 @pytest.mark.parametrize("case", _cases(_ctl), ids=_ids(_ctl))
 def test_controller_vector(case: dict[str, Any] | None) -> None:
     assert _ctl is not None and case is not None, _ctl_error or f"{_ctl_path}: no cases"
-    run_controller_case(case, float(_ctl["tolerance"]))
+    check_controller_case(case, float(_ctl["tolerance"]))
 
 
 def test_hash_vectors_file() -> None:

@@ -10,7 +10,9 @@ admin port, or a mounted file) and reads their Prometheus metrics.
 - :mod:`.wire`: the WorkerConfig payload, its validation and its RFC 8785 content hash;
 - :mod:`.config`: applies configurations at runtime (:class:`ConfigState`, :class:`FileWatcher`);
 - :mod:`.admin` and :mod:`.token`: the admin HTTP server and TokenReview authentication;
-- :mod:`.metrics`: the ``backpressure_*`` metrics with ``prometheus_client``.
+- :mod:`.metrics`: the ``backpressure_*`` metrics with ``prometheus_client``;
+- :mod:`.conformance`: the conformance hook's executor (one golden-vector case on a fresh
+  controller), for conformance runs only.
 
 This package is a port of the Rust worker library (``crates/worker``) and is checked against
 the golden vectors generated from it (``conformance/vectors/``).

@@ -1,5 +1,5 @@
-"""The admin HTTP server: ``PUT``/``GET /v1/config``, ``GET /metrics``, ``GET /healthz``
-(``crates/worker/src/config/admin.rs``).
+"""The admin HTTP server: ``PUT``/``GET /v1/config``, ``GET /metrics``, ``GET /healthz``, and
+for conformance runs only ``POST /v1/conformance/controller`` (``crates/worker/src/config/admin.rs``).
 
 Answers follow the wire contract: 200 with ``{"hash", "generation"}`` when a push is applied or
 already running, 400 for a malformed or invalid payload, 401 without a valid token (missing, not
@@ -9,6 +9,11 @@ token of an identity that is not allowed, 409 for a payload older than the runni
 ``Retry-After``) for a source that failed authentication too often (:class:`FailureLimit`) and
 503 when the token cannot be checked. The token is checked before the body is read. Errors are
 JSON ``{"error": "..."}``.
+
+The conformance hook (:meth:`Admin.with_conformance_hook`, off by default; otherwise its path
+answers 404) runs the golden-vector case in the body on a fresh controller
+(:mod:`.conformance`) and answers 200 with ``{"observations": [...]}``, 400 for a body that is
+not a case, 413 over 16 MiB. It takes no token and never touches the worker's own controller.
 
 :meth:`Admin.handle` answers one request and does no I/O but reading the body through the
 callable it is given; :meth:`Admin.serve` runs it on a threaded HTTP/1.1 server.
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from . import conformance
 from .config import ConfigState, Invalid, Origin, Stale
 from .metrics import CONTENT_TYPE as OPENMETRICS
 from .metrics import Metrics
@@ -101,6 +107,27 @@ def _error(status: int, message: object) -> Response:
 
 def _ack(ack: ConfigAck) -> Response:
     return Response(200, json.dumps(ack.to_json(), separators=(",", ":")).encode())
+
+
+def _read(headers: Mapping[str, str], body: BodyReader | bytes, limit: int, what: str) -> bytes | Response:
+    """The request body, or the refusal: 413 over ``limit`` bytes (declared or read), 408 when
+    it does not arrive in time, 400 when it cannot be read."""
+    declared = _header(headers, "content-length")
+    too_large = f"{what} exceeds the limit of {limit} bytes"
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        return _error(413, f"{what} of {int(declared)} bytes exceeds the limit of {limit} bytes")
+    try:
+        if isinstance(body, (bytes, bytearray)):
+            if len(body) > limit:
+                raise BodyTooLarge()
+            return bytes(body)
+        return body(limit)
+    except BodyTooLarge:
+        return _error(413, too_large)
+    except BodyTimeout:
+        return _error(408, "request body timed out")
+    except BodyError as e:
+        return _error(400, f"reading body: {e}")
 
 
 class _Limiter:
@@ -183,6 +210,7 @@ class Admin:
         header_timeout: float = DEFAULT_HEADER_TIMEOUT_S,
         body_timeout: float = DEFAULT_BODY_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
+        conformance_hook: bool = False,
     ) -> None:
         self.state = state
         self.metrics = metrics
@@ -192,6 +220,8 @@ class Admin:
         self.body_timeout = body_timeout
         self._clock = clock
         self._limiter = _Limiter(failure_limit or FailureLimit(), clock)
+        self.conformance_hook = conformance_hook
+        """Serves ``POST`` :data:`~.conformance.HOOK_PATH` (see :meth:`with_conformance_hook`)."""
 
     def with_verifier(self, verifier: TokenVerifier, allowed: Iterable[str]) -> Admin:
         """Accepts pushes whose token ``verifier`` maps to one of the ``allowed`` usernames
@@ -202,6 +232,14 @@ class Admin:
 
     def with_failure_limit(self, limit: FailureLimit) -> Admin:
         self._limiter = _Limiter(limit, self._clock)
+        return self
+
+    def with_conformance_hook(self, enabled: bool = True) -> Admin:
+        """Also serves the conformance hook, ``POST`` :data:`~.conformance.HOOK_PATH`: one
+        golden-vector case run on a fresh controller (:mod:`.conformance`), for the conformance
+        suite. For conformance runs only: the hook takes no token (it touches no state of the
+        worker, but it costs CPU), so a production worker must not serve it."""
+        self.conformance_hook = enabled
         return self
 
     def handle(
@@ -225,6 +263,8 @@ class Admin:
             return _ack(self.state.ack())
         if path == CONFIG_PATH and method == "PUT":
             return self._push(headers, body, source)
+        if path == conformance.HOOK_PATH and method == "POST" and self.conformance_hook:
+            return self._hook(headers, body)
         if path in (HEALTHZ_PATH, METRICS_PATH, CONFIG_PATH):
             return _error(405, "method not allowed")
         return _error(404, "not found")
@@ -234,22 +274,9 @@ class Admin:
         if isinstance(refused, Response):
             return refused
         identity = refused
-        declared = _header(headers, "content-length")
-        if declared is not None and declared.strip().isdigit() and int(declared) > MAX_PAYLOAD_BYTES:
-            return _error(413, TooLarge(int(declared)))
-        try:
-            if isinstance(body, (bytes, bytearray)):
-                if len(body) > MAX_PAYLOAD_BYTES:
-                    raise BodyTooLarge()
-                data = bytes(body)
-            else:
-                data = body(MAX_PAYLOAD_BYTES)
-        except BodyTooLarge:
-            return _error(413, f"document exceeds the limit of {MAX_PAYLOAD_BYTES} bytes")
-        except BodyTimeout:
-            return _error(408, "request body timed out")
-        except BodyError as e:
-            return _error(400, f"reading body: {e}")
+        data = _read(headers, body, MAX_PAYLOAD_BYTES, "document")
+        if isinstance(data, Response):
+            return data
         try:
             ack = self.state.apply_bytes(data, Origin.PUSH)
         except Invalid as e:
@@ -258,6 +285,17 @@ class Admin:
             return _error(409, e)
         log.info("push accepted: user=%s hash=%s generation=%d", identity.username, ack.hash, ack.generation)
         return _ack(ack)
+
+    def _hook(self, headers: Mapping[str, str], body: BodyReader | bytes) -> Response:
+        """The conformance hook: the case in the body run on a fresh controller; 400 for a body
+        that is not a case, 413 over :data:`~.conformance.MAX_CASE_BYTES`."""
+        data = _read(headers, body, conformance.MAX_CASE_BYTES, "case")
+        if isinstance(data, Response):
+            return data
+        try:
+            return Response(200, conformance.answer(data))
+        except conformance.CaseError as e:
+            return _error(400, e)
 
     def _authenticate(self, headers: Mapping[str, str], source: str | None) -> Identity | Response:
         """The failure limit first (429), then the bearer token (401), the verifier (401, 503)

@@ -71,6 +71,9 @@ class Snapshot:
     in_flight: int
     reserved: int
     mode: Mode
+    failure_floor: float | None = None
+    """The failure floor the controller learned: None until it has tested for one (see
+    :meth:`~.controller.Controller.floor_estimate`)."""
 
 
 class Gate:
@@ -133,6 +136,7 @@ class Gate:
             in_flight=self._in_flight,
             reserved=self._reserved,
             mode=c.mode,
+            failure_floor=c.floor_estimate(),
         )
 
     @property
@@ -289,6 +293,9 @@ class Gate:
             return
         snap = self.snapshot()
         m.set_backoff(snap.backoff)
+        # NaN until tested: a fresh pod must not read as "no floor" (0) and pull the fleet's
+        # mean floor down before it has learned anything.
+        m.set_failure_floor(snap.failure_floor)
         m.set_permits(snap.limit)
         m.set_in_flight(snap.in_flight)
 
