@@ -108,6 +108,8 @@ enum Implementation {
     Go,
     /// `sdk/typescript/examples/worker.ts`.
     TypeScript,
+    /// `sdk/python/examples/example_worker.py`.
+    Python,
 }
 
 /// The Rust example worker's binary, built if `cargo test` has not built it yet.
@@ -177,6 +179,19 @@ fn typescript_example_worker() -> (PathBuf, Vec<String>) {
     (PathBuf::from("node"), vec![script.display().to_string()])
 }
 
+/// The Python SDK's example worker and the interpreter of the venv `sdk/python/test.sh` makes
+/// (linked as `sdk/python/.venv`).
+fn python_example_worker() -> (PathBuf, Vec<String>) {
+    let dir = repo_root().join("sdk/python");
+    let python = dir.join(".venv/bin/python");
+    if !python.exists() {
+        let status = Command::new(dir.join("test.sh")).status().unwrap();
+        assert!(status.success(), "sdk/python/test.sh failed");
+    }
+    let script = dir.join("examples/example_worker.py");
+    (python, vec![script.display().to_string()])
+}
+
 /// A free port on loopback (bound and released: the worker binds it next).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -239,6 +254,7 @@ async fn start_worker_as(
         Implementation::Rust => (rust_example_worker(), vec![]),
         Implementation::Go => (go_example_worker(), vec![]),
         Implementation::TypeScript => typescript_example_worker(),
+        Implementation::Python => python_example_worker(),
     };
     let process = Supervised::spawn_with_env(&workload, &program, &args, &vars, &log).unwrap();
     let mut worker = Worker {
@@ -318,6 +334,11 @@ async fn the_rust_worker_passes_the_conformance_suite() {
 #[tokio::test]
 async fn the_go_sdk_worker_passes_the_conformance_suite() {
     passes(Implementation::Go).await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_worker_passes_the_conformance_suite() {
+    passes(Implementation::Python).await;
 }
 
 #[tokio::test]
@@ -472,6 +493,7 @@ async fn the_operator_configures_workers_of_every_language_with_one_hash() {
         Implementation::Rust,
         Implementation::Go,
         Implementation::TypeScript,
+        Implementation::Python,
     ];
     let mut workers = Vec::new();
     for (i, what) in all.into_iter().enumerate() {
