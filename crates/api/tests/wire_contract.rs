@@ -81,6 +81,43 @@ fn hash_vectors_read_back() {
     }
 }
 
+/// The code block after `<!-- hash-example:NAME -->` in docs/wire-contract.md.
+fn example_block(doc: &str, name: &str) -> String {
+    let marker = format!("<!-- hash-example:{name} -->");
+    let after = &doc[doc.find(&marker).unwrap_or_else(|| panic!("no {marker}")) + marker.len()..];
+    let open = after.find("```").expect("a code block after the marker");
+    let body = &after[open..];
+    let start = body.find('\n').expect("a fence line") + 1;
+    let end = body[start..].find("```").expect("a closing fence") + start;
+    body[start..end].trim_end().to_owned()
+}
+
+/// The worked example of the spec, recomputed: the payload's canonical text and hash are the
+/// ones the document shows, and the payload carries that hash.
+#[test]
+fn the_worked_example_of_the_spec_is_right() {
+    let doc = read(&root().join("docs/wire-contract.md"));
+    let payload = example_block(&doc, "payload");
+    let cfg = WorkerConfig::parse(payload.as_bytes()).expect("the example payload is valid");
+    assert!(cfg.generation > 0 && payload.contains("1.0"), "the example shows what it should");
+    assert_eq!(cfg.canonical_content(), example_block(&doc, "jcs"));
+    assert_eq!(cfg.compute_hash(), example_block(&doc, "hash"));
+    assert_eq!(cfg.hash, cfg.compute_hash());
+    let full = format!("{:x}", sha2_digest(&cfg.canonical_content()));
+    assert!(doc.contains(&full), "the full SHA-256 {full} is in the spec");
+}
+
+fn sha2_digest(text: &str) -> impl std::fmt::LowerHex {
+    struct Hex(Vec<u8>);
+    impl std::fmt::LowerHex for Hex {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        }
+    }
+    use sha2::Digest as _;
+    Hex(sha2::Sha256::digest(text.as_bytes()).to_vec())
+}
+
 fn validator(schema: &Value) -> jsonschema::Validator {
     jsonschema::draft202012::new(schema).expect("a valid draft 2020-12 schema")
 }
