@@ -99,12 +99,18 @@ fn the_worked_example_of_the_spec_is_right() {
     let doc = read(&root().join("docs/wire-contract.md"));
     let payload = example_block(&doc, "payload");
     let cfg = WorkerConfig::parse(payload.as_bytes()).expect("the example payload is valid");
-    assert!(cfg.generation > 0 && payload.contains("1.0"), "the example shows what it should");
+    assert!(
+        cfg.generation > 0 && payload.contains("1.0"),
+        "the example shows what it should"
+    );
     assert_eq!(cfg.canonical_content(), example_block(&doc, "jcs"));
     assert_eq!(cfg.compute_hash(), example_block(&doc, "hash"));
     assert_eq!(cfg.hash, cfg.compute_hash());
     let full = format!("{:x}", sha2_digest(&cfg.canonical_content()));
-    assert!(doc.contains(&full), "the full SHA-256 {full} is in the spec");
+    assert!(
+        doc.contains(&full),
+        "the full SHA-256 {full} is in the spec"
+    );
 }
 
 fn sha2_digest(text: &str) -> impl std::fmt::LowerHex {
