@@ -47,6 +47,11 @@ k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm,
 crds: ## Regenerate crds/ and the chart's CRDs from crates/api
 	$(CARGO) run -q -p backpressure-api --bin crdgen -- crds $(CHART)/crds
 
+.PHONY: wire
+wire: ## Regenerate the wire contract's JSON Schemas (docs/wire-contract/) and hash vectors (conformance/vectors/hash.json) from crates/api
+	$(CARGO) run -q -p backpressure-api --bin wiregen -- schemas docs/wire-contract
+	$(CARGO) run -q -p backpressure-api --bin wiregen -- hash-vectors conformance/vectors/hash.json
+
 .PHONY: fmt
 fmt: ## Format the code
 	$(CARGO) fmt --all

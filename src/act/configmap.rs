@@ -25,17 +25,30 @@ pub fn configmap_name(wbp: &WorkerBackpressure) -> String {
 
 /// The ConfigMap the operator wants for `wbp` running `config`, and, with `spec.producers`, the
 /// producer state for producer pods that read it from a file.
+///
+/// The files carry the documents with an empty `hash` ("not given": every receiver computes it
+/// itself), so that a worker that computes the legacy (0.1) hash reads them as well as a
+/// current one, including one that takes no pushes and reads only the file
+/// (`docs/wire-contract.md`, "Migration from the legacy hash"). The hash is in the annotation
+/// `backpressure.dev/config-hash`, and in the status.
 pub fn desired(
     wbp: &WorkerBackpressure,
     config: &WorkerConfig,
     producer: Option<&ProducerConfig>,
 ) -> Result<ConfigMap, serde_json::Error> {
-    let json = serde_json::to_string_pretty(config)?;
+    let json = serde_json::to_string_pretty(&WorkerConfig {
+        hash: String::new(),
+        ..config.clone()
+    })?;
     let mut data = BTreeMap::from([(CONFIG_FILE_NAME.to_owned(), json)]);
     if let Some(p) = producer {
+        let unhashed = ProducerConfig {
+            hash: String::new(),
+            ..p.clone()
+        };
         data.insert(
             PRODUCER_FILE_NAME.to_owned(),
-            serde_json::to_string_pretty(p)?,
+            serde_json::to_string_pretty(&unhashed)?,
         );
     }
     Ok(ConfigMap {
@@ -247,11 +260,40 @@ mod tests {
         w
     }
 
-    fn config(queue: &str) -> WorkerConfig {
+    /// Configs that differ by content (`a`, `b`, ...).
+    fn config(tag: &str) -> WorkerConfig {
         WorkerConfig {
-            hash: queue.to_owned(),
+            max_permits: tag.bytes().map(u32::from).sum(),
             ..Default::default()
         }
+        .with_hash()
+    }
+
+    /// The files carry the documents without their hash, which every receiver computes the
+    /// same way as the document's own (0.1 workers their legacy hash).
+    #[test]
+    fn the_files_leave_the_hash_to_the_receiver() {
+        let cfg = config("a");
+        let producer = ProducerConfig {
+            state: backpressure_api::wire::GateState::Paused,
+            ..ProducerConfig::default()
+        }
+        .with_hash();
+        let cm = desired(&wbp(), &cfg, Some(&producer)).unwrap();
+        let data = cm.data.unwrap();
+        let file = WorkerConfig::parse(data[CONFIG_FILE_NAME].as_bytes()).unwrap();
+        assert_eq!(file.hash, "");
+        assert_eq!(file.compute_hash(), cfg.hash);
+        assert_eq!(file.generation, cfg.generation);
+        let p = ProducerConfig::parse(data[PRODUCER_FILE_NAME].as_bytes()).unwrap();
+        assert_eq!(
+            (p.hash.as_str(), p.compute_hash()),
+            ("", producer.hash.clone())
+        );
+        assert_eq!(
+            cm.metadata.annotations.unwrap()["backpressure.dev/config-hash"],
+            cfg.hash
+        );
     }
 
     fn cached(cm: &ConfigMap) -> ConfigMap {

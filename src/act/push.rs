@@ -19,6 +19,13 @@
 //! A pod that refuses or times out is retried with exponential backoff and counted as out of
 //! sync; pushes run concurrently with a short timeout, so one slow pod never holds up the
 //! reconcile of other objects.
+//!
+//! Migration from the legacy (0.1) content hash (`docs/wire-contract.md`): a pod counts as
+//! running a document when it acknowledges its hash or its legacy hash. A pod that answers a
+//! push with 400 `hash mismatch`, or acknowledges the legacy hash, is a 0.1 worker: it is sent
+//! the same document with an empty `hash` (which every version accepts as "not given" and
+//! answers with the hash it computes) at once and from then on, so a fleet of old workers under
+//! a new operator neither fails its pushes nor falls out of sync.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -187,6 +194,8 @@ struct PodPushState {
     failures: u32,
     next_attempt: Option<Instant>,
     last_error: Option<String>,
+    /// The pod computes the legacy hash: it is pushed documents without a hash.
+    legacy: bool,
 }
 
 /// A document to push: the worker config to [`wire::CONFIG_PATH`] of a worker pod, or the
@@ -198,28 +207,57 @@ pub struct Document {
     pub path: &'static str,
     /// Its content hash, which the pod's acknowledgement must name.
     pub hash: String,
+    /// The legacy (0.1) hash of the same content, which a 0.1 pod acknowledges instead.
+    pub legacy_hash: String,
     /// The JSON body.
     pub body: Vec<u8>,
+    /// The JSON body with `hash` empty, for pods that compute the legacy hash.
+    pub unhashed_body: Vec<u8>,
 }
 
 impl Document {
     /// The worker config.
+    #[allow(deprecated)] // The legacy hash, until 0.1 workers are gone (0.3.0).
     pub fn worker(config: &WorkerConfig) -> Result<Self, serde_json::Error> {
         Ok(Document {
             path: wire::CONFIG_PATH,
             hash: config.hash.clone(),
+            legacy_hash: config.legacy_hash(),
             body: serde_json::to_vec(config)?,
+            unhashed_body: serde_json::to_vec(&WorkerConfig {
+                hash: String::new(),
+                ..config.clone()
+            })?,
         })
     }
 
     /// The producer state.
+    #[allow(deprecated)] // The legacy hash, until 0.1 producers are gone (0.3.0).
     pub fn producer(config: &ProducerConfig) -> Result<Self, serde_json::Error> {
         Ok(Document {
             path: wire::PRODUCER_PATH,
             hash: config.hash.clone(),
+            legacy_hash: config.legacy_hash(),
             body: serde_json::to_vec(config)?,
+            unhashed_body: serde_json::to_vec(&ProducerConfig {
+                hash: String::new(),
+                ..config.clone()
+            })?,
         })
     }
+
+    /// Whether an acknowledged hash names this document's content.
+    pub fn names(&self, hash: &str) -> bool {
+        hash == self.hash || hash == self.legacy_hash
+    }
+}
+
+/// What one push to a pod came to.
+#[derive(Debug)]
+struct Pushed {
+    ack: ConfigAck,
+    /// The pod computes the legacy hash (it refused the hash or acknowledged the legacy one).
+    legacy: bool,
 }
 
 /// What the pushes of one reconcile found.
@@ -278,6 +316,7 @@ impl Pusher {
                 failures: 0,
                 next_attempt: None,
                 last_error: None,
+                legacy: false,
             });
             f(entry);
         }
@@ -309,14 +348,14 @@ impl Pusher {
     {
         let now = Instant::now();
         let ready: Vec<&PodInfo> = pods.iter().filter(|p| p.ready && p.ip.is_some()).collect();
-        let (path, hash) = (doc.path, doc.hash.as_str());
+        let path = doc.path;
         let due: Vec<&PodInfo> = ready
             .iter()
             .copied()
             .filter(|p| {
                 let s = self.snapshot(path, &p.uid);
                 let confirmed = s.as_ref().is_some_and(|s| {
-                    s.confirmed_hash.as_deref() == Some(hash)
+                    s.confirmed_hash.as_deref().is_some_and(|h| doc.names(h))
                         && s.confirmed_at
                             .is_some_and(|t| now.duration_since(t) < RECONFIRM_AFTER)
                 });
@@ -329,14 +368,14 @@ impl Pusher {
             .collect();
         let token: Option<String> = if due.is_empty() { None } else { token().await };
         let due: Vec<PodInfo> = due.into_iter().cloned().collect();
-        let results: Vec<(String, String, Result<ConfigAck, String>)> = futures::stream::iter(due)
+        let results: Vec<(String, String, Result<Pushed, String>)> = futures::stream::iter(due)
             .map(|pod: PodInfo| {
-                let body = doc.body.clone();
                 let token = token.clone();
+                let legacy = self.snapshot(path, &pod.uid).is_some_and(|s| s.legacy);
                 async move {
                     let _permit = self.semaphore.acquire().await;
                     let r = self
-                        .push_one(&pod, path, body, server_name, token.as_deref())
+                        .push_doc(&pod, doc, legacy, server_name, token.as_deref())
                         .await;
                     (pod.uid, pod.name, r)
                 }
@@ -348,7 +387,11 @@ impl Pusher {
         for (uid, name, r) in results {
             recorder.record_push(r.is_ok());
             match r {
-                Ok(ack) => self.update(path, &uid, |s| {
+                Ok(Pushed { ack, legacy }) => self.update(path, &uid, |s| {
+                    if legacy && !s.legacy {
+                        tracing::info!(pod = %name, path, "the pod computes the legacy (0.1) content hash: pushing it documents without a hash until it is upgraded");
+                    }
+                    s.legacy = legacy;
                     s.confirmed_hash = Some(ack.hash);
                     s.confirmed_at = Some(Instant::now());
                     s.failures = 0;
@@ -372,7 +415,7 @@ impl Pusher {
             .iter()
             .filter(|p| {
                 self.snapshot(path, &p.uid)
-                    .is_some_and(|s| s.confirmed_hash.as_deref() == Some(hash))
+                    .is_some_and(|s| s.confirmed_hash.as_deref().is_some_and(|h| doc.names(h)))
             })
             .count() as i32;
         PushReport {
@@ -382,6 +425,36 @@ impl Pusher {
         }
     }
 
+    /// Pushes `doc` to `pod`: without a hash to a pod known to compute the legacy hash (`legacy`),
+    /// else with its hash, and again at once without it when the pod refuses the hash (a 0.1
+    /// worker). The acknowledgement must name the document's hash or its legacy hash.
+    async fn push_doc(
+        &self,
+        pod: &PodInfo,
+        doc: &Document,
+        legacy: bool,
+        server_name: &str,
+        token: Option<&str>,
+    ) -> Result<Pushed, String> {
+        let put = |body: &Vec<u8>| self.push_one(pod, doc.path, body.clone(), server_name, token);
+        let (ack, refused_hash) = if legacy {
+            (put(&doc.unhashed_body).await?, false)
+        } else {
+            match put(&doc.body).await {
+                Err(Refusal::HashMismatch(_)) => (put(&doc.unhashed_body).await?, true),
+                other => (other?, false),
+            }
+        };
+        if !doc.names(&ack.hash) {
+            return Err(format!(
+                "the pod acknowledged hash {:?}, not the document's {:?} (or its legacy {:?}): it computes the content hash otherwise than docs/wire-contract.md says",
+                ack.hash, doc.hash, doc.legacy_hash
+            ));
+        }
+        let legacy = refused_hash || (ack.hash != doc.hash && ack.hash == doc.legacy_hash);
+        Ok(Pushed { ack, legacy })
+    }
+
     async fn push_one(
         &self,
         pod: &PodInfo,
@@ -389,7 +462,7 @@ impl Pusher {
         body: Vec<u8>,
         server_name: &str,
         token: Option<&str>,
-    ) -> Result<ConfigAck, String> {
+    ) -> Result<ConfigAck, Refusal> {
         let ip = pod.ip.as_deref().ok_or("no pod IP")?;
         let (status, text) = if pod.tls {
             let Some(tls) = &self.tls else {
@@ -410,11 +483,10 @@ impl Pusher {
             self.http_put(ip, pod.admin_port, path, body, token).await?
         };
         if !(200..300).contains(&status) {
-            let snippet: String = text.chars().take(200).collect();
-            return Err(format!("HTTP {status}: {snippet}"));
+            return Err(Refusal::of(status, &text));
         }
-        serde_json::from_str::<ConfigAck>(&text)
-            .map_err(|e| format!("unreadable acknowledgement: {e}"))
+        Ok(serde_json::from_str::<ConfigAck>(&text)
+            .map_err(|e| format!("unreadable acknowledgement: {e}"))?)
     }
 
     async fn http_put(
@@ -448,6 +520,51 @@ impl Pusher {
         })?;
         let status = resp.status().as_u16();
         Ok((status, resp.text().await.unwrap_or_default()))
+    }
+}
+
+/// Why one `PUT` did not come back with an acknowledgement.
+#[derive(Debug)]
+enum Refusal {
+    /// 400 with an error body starting `hash mismatch`: the pod computes another hash.
+    HashMismatch(String),
+    /// Anything else (the message says what).
+    Other(String),
+}
+
+impl Refusal {
+    /// The refusal a non-2xx answer is: a hash mismatch when it is 400 with an error body whose
+    /// message starts `hash mismatch` ([`wire::ErrorBody::is_hash_mismatch`]).
+    fn of(status: u16, text: &str) -> Self {
+        let snippet: String = text.chars().take(200).collect();
+        let message = format!("HTTP {status}: {snippet}");
+        let hash_refused = status == 400
+            && serde_json::from_str::<wire::ErrorBody>(text).is_ok_and(|b| b.is_hash_mismatch());
+        if hash_refused {
+            Refusal::HashMismatch(message)
+        } else {
+            Refusal::Other(message)
+        }
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Refusal::Other(message)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Self {
+        Refusal::Other(message.to_owned())
+    }
+}
+
+impl From<Refusal> for String {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::HashMismatch(m) | Refusal::Other(m) => m,
+        }
     }
 }
 
@@ -507,3 +624,6 @@ async fn https_put(
     driver.abort();
     result
 }
+
+#[cfg(test)]
+mod tests;

@@ -314,10 +314,17 @@ pub async fn config_step(
     now: Timestamp,
 ) -> Result<(ConfigStatus, Option<String>, Vec<Note>), ReconcileError> {
     let rendered = resolve::render_worker_config(eff, 0).with_hash();
+    // A status written by a 0.1 operator names the content by its legacy hash: the same
+    // content keeps its generation across the upgrade.
+    #[allow(deprecated)]
+    let legacy = rendered.legacy_hash();
     let generation = resolve::next_config_generation(
-        previous
-            .and_then(|s| s.config.as_ref())
-            .map(|c| (c.hash.as_str(), c.generation.unwrap_or(0))),
+        previous.and_then(|s| s.config.as_ref()).map(|c| {
+            (
+                same_content(&c.hash, &legacy, &rendered.hash),
+                c.generation.unwrap_or(0),
+            )
+        }),
         &rendered.hash,
         now,
     );
@@ -393,6 +400,12 @@ pub async fn config_step(
         not_owned,
         notes,
     ))
+}
+
+/// The hash a status names `hash`'s content by: `current` when the status carries the legacy
+/// (0.1) hash of the same content, else `hash` as it is.
+pub(crate) fn same_content<'a>(hash: &'a str, legacy: &str, current: &'a str) -> &'a str {
+    if hash == legacy { current } else { hash }
 }
 
 /// The condition reason (`Ready` and `ConfigInSync`) and event reason of a worker ConfigMap

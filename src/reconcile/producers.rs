@@ -95,8 +95,14 @@ pub async fn producers_step(
     };
     let ready = pods.iter().filter(|p| p.ready).count() as i32;
     let rendered = producers::render_producer_config(spec, &status, ready, now);
+    // A status written by a 0.1 operator names the content by its legacy hash.
+    #[allow(deprecated)]
+    let legacy = rendered.legacy_hash();
     let generation = resolve::next_config_generation(
-        prev.and_then(|p| Some((p.hash.as_deref()?, p.generation.unwrap_or(0)))),
+        prev.and_then(|p| {
+            let hash = super::same_content(p.hash.as_deref()?, &legacy, &rendered.hash);
+            Some((hash, p.generation.unwrap_or(0)))
+        }),
         &rendered.hash,
         now,
     );

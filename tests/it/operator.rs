@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use backpressure_api::v1alpha1::{Action, Regime};
+use backpressure_api::wire::WorkerConfig;
 use backpressure_envtest::TestEnv;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -397,8 +398,14 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
         assert_eq!(p.running().max_permits, 8);
     }
     let cms: Api<ConfigMap> = Api::namespaced(w.scene.client.clone(), &w.scene.ns);
+    // The file carries the document without its hash (every worker version computes it); its
+    // content hashes to the status's hash.
     let cm = cms.get("w-worker-config").await.unwrap();
-    assert!(cm.data.unwrap()["worker-config.json"].contains(&hash));
+    let file = WorkerConfig::parse(cm.data.unwrap()["worker-config.json"].as_bytes()).unwrap();
+    assert_eq!(
+        (file.hash.as_str(), file.compute_hash()),
+        ("", hash.clone())
+    );
 
     // A set point change reaches every pod and the ConfigMap.
     w.apply(json!({"worker": {"setPoint": 0.1}})).await;
@@ -429,7 +436,8 @@ async fn config_reaches_every_ready_pod_and_follows_spec_changes() {
     let new_hash = s.config.unwrap().hash;
     assert!(w.pods.iter().all(|p| p.running().hash == new_hash));
     let cm = cms.get("w-worker-config").await.unwrap();
-    assert!(cm.data.unwrap()["worker-config.json"].contains(&new_hash));
+    let file = WorkerConfig::parse(cm.data.unwrap()["worker-config.json"].as_bytes()).unwrap();
+    assert_eq!(file.compute_hash(), new_hash);
 
     // Deleted and recreated (status gone, pods still running the old object's config): the
     // new object's config still reaches every pod, which refuse a generation older than theirs.

@@ -1,35 +1,22 @@
-//! The wire contract between the operator and the workers, version [`WIRE_VERSION`].
+//! The wire contract between the operator and the workers, version [`WIRE_VERSION`]: the
+//! [`WorkerConfig`] payload (and the producer's [`ProducerConfig`]), how it is delivered (the
+//! mounted file [`CONFIG_FILE_NAME`], `PUT` [`CONFIG_PATH`] on the admin port with a bearer
+//! token for [`push_audience`]), the answers ([`ConfigAck`], [`ErrorBody`]), the content hash
+//! over RFC 8785 canonical JSON ([`jcs`], [`WorkerConfig::compute_hash`]) and the metric names
+//! ([`metrics`]).
 //!
-//! A worker in any language implements it by:
-//!
-//! 1. Reading a [`WorkerConfig`] JSON document from a mounted file ([`CONFIG_FILE_NAME`] in the
-//!    ConfigMap the operator owns) and hot-reloading it when the file changes, and accepting the
-//!    same document as `PUT` [`CONFIG_PATH`] on its admin port ([`ADMIN_PORT_NAME`], default
-//!    [`DEFAULT_ADMIN_PORT`]). A push carries `Authorization: Bearer <token>`, a short-lived
-//!    ServiceAccount token whose audience names the one target it is for,
-//!    [`push_audience`]`(namespace, workload)` = `backpressure.dev/<namespace>/<workload>`; the
-//!    worker checks it with a TokenReview for *its own* audience (its namespace and its
-//!    [`metrics::LABEL_WORKLOAD`] value, both known to the worker without asking the operator)
-//!    and accepts only the operator's identity, so a token captured by one target's pod is
-//!    worth nothing at another target's worker. Answers: 200 with a [`ConfigAck`] when applied
-//!    (or already running), 400 for a malformed or invalid payload (including a `generation`
-//!    more than [`MAX_GENERATION_LEAD_MS`] ahead of the worker's clock, and values over the
-//!    worker's own caps), 401 without a valid token, 403 for another identity, 409 for a
-//!    payload older than the running generation, 413 when too large, 429 when the client has
-//!    failed authentication too often. A refused push leaves the running configuration
-//!    unchanged. `GET` [`CONFIG_PATH`] returns the running [`ConfigAck`]. A worker may serve
-//!    the admin port over TLS and say so with [`ADMIN_SCHEME_ANNOTATION`].
-//! 2. Exporting the metrics named in [`metrics`] on `/metrics` of the admin port, each labelled
-//!    [`metrics::LABEL_WORKLOAD`].
-//!
-//! The content hash ([`WorkerConfig::compute_hash`]) is the first 12 hex digits of the SHA-256
-//! of the canonical JSON of the payload with `hash` left empty and `generation` zero. Workers report the hash they run
-//! so the operator can count pods in sync.
+//! The normative specification, for workers in any language, is `docs/wire-contract.md`; the
+//! JSON Schemas under `docs/wire-contract/` are generated from these types (`make wire`), and
+//! [`vectors`] holds the hash test vectors (`conformance/vectors/hash.json`).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub mod jcs;
 mod producer;
+pub mod schema;
+pub mod vectors;
 pub use producer::{
     GateState, MAX_RETRY_AFTER_MS, PRODUCER_FILE_NAME, PRODUCER_PATH, PRODUCER_WIRE_VERSION,
     ProducerConfig,
@@ -80,6 +67,11 @@ pub fn admin_server_name(namespace: &str, workload: &str) -> String {
 pub const CONFIG_FILE_NAME: &str = "worker-config.json";
 /// Largest payload a worker must accept; larger bodies are refused with 413.
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// Largest integer a document may carry (2^53 - 1, I-JSON's bound, RFC 7493): every JSON reader
+/// holds it exactly (JavaScript's numbers are doubles), and the canonical form of the hash
+/// ([`jcs`]) writes every number as a double. A larger `generation`, duration or time is
+/// refused (400) naming the field.
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 
 /// Metric names and labels every worker and queue exporter uses.
 pub mod metrics {
@@ -157,66 +149,85 @@ pub mod metrics {
 }
 
 /// The configuration document pushed to every worker.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "WorkerConfig")]
 pub struct WorkerConfig {
-    /// Always [`WIRE_VERSION`].
+    /// The contract version, always `backpressure.dev/worker-config/v1` ([`WIRE_VERSION`]).
+    #[schemars(extend("const" = WIRE_VERSION))]
     pub version: String,
-    /// Monotonic generation: the operator keeps it for unchanged content and otherwise sends the
-    /// larger of the previous generation + 1 and the Unix time in milliseconds (so it keeps growing
-    /// across a recreated object); a worker refuses a payload older than the one it runs.
+    /// Monotonic generation: the operator keeps it for unchanged content and otherwise sends
+    /// the larger of the previous generation + 1 and the Unix time in milliseconds (so it keeps
+    /// growing across a recreated object); a worker refuses a payload older than the one it
+    /// runs, and one more than 5 minutes ahead of its clock. Not covered by the hash.
+    #[schemars(range(min = 0, max = MAX_SAFE_INTEGER))]
     pub generation: i64,
-    /// Content hash; see [`WorkerConfig::compute_hash`].
+    /// Content hash: 12 lowercase hex digits of the SHA-256 of
+    /// the RFC 8785 canonical JSON of the payload with `hash` empty and `generation` 0. Empty
+    /// or absent: not given (the receiver computes it).
     #[serde(default)]
+    #[schemars(extend("pattern" = schema::HASH_PATTERN))]
     pub hash: String,
     /// The controller algorithm.
     pub algorithm: Algorithm,
-    /// Set point in (0,1).
+    /// Set point: the dependency failure rate the controller treats as background noise, in
+    /// (0, 1).
+    #[schemars(extend("exclusiveMinimum" = 0, "exclusiveMaximum" = 1))]
     pub set_point: f64,
-    /// Reaction size N (>= 1).
+    /// Reaction size N (>= 1): how many outcomes the controller's step is spread over.
+    #[schemars(range(min = 1, max = u32::MAX))]
     pub reaction: u32,
-    /// Maximum permits (>= 1).
+    /// Maximum permits (>= 1): the most messages processed at once.
+    #[schemars(range(min = 1, max = u32::MAX))]
     pub max_permits: u32,
-    /// First probe interval in milliseconds.
+    /// First probe interval in milliseconds (>= 1).
+    #[schemars(range(min = 1, max = MAX_SAFE_INTEGER))]
     pub probe_initial_ms: u64,
-    /// Largest probe interval in milliseconds.
+    /// Largest probe interval in milliseconds (>= `probeInitialMs`).
+    #[schemars(range(min = 1, max = MAX_SAFE_INTEGER))]
     pub probe_max_ms: u64,
-    /// Permits of a freshly started worker's controller, ramping up to `maxPermits` (0 starts at
-    /// `maxPermits`). Absent: the worker library's default, [`crate::defaults::INITIAL_PERMITS`].
-    /// Optional fields are left out when absent so that the hash of a payload without them
-    /// stays what it was.
+    /// Permits of a freshly started worker's controller, ramping up to `maxPermits` (0 starts
+    /// at `maxPermits`). Absent (or null): the schema's `default`. Optional fields are left out when absent so that
+    /// the hash of a payload without them stays what it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = u32::MAX), extend("default" = crate::defaults::INITIAL_PERMITS))]
     pub initial_permits: Option<u32>,
-    /// `RatioThrottle`'s sliding window in milliseconds (>= 1). Absent:
-    /// [`crate::defaults::RATIO_WINDOW`].
+    /// `RatioThrottle`'s sliding window in milliseconds (>= 1). Absent (or null): the schema's
+    /// `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_SAFE_INTEGER), extend("default" = schema::millis(crate::defaults::RATIO_WINDOW)))]
     pub ratio_window_ms: Option<u64>,
-    /// How long a full brake takes to lift, in milliseconds (0 lifts in one step). Absent:
-    /// [`crate::defaults::BRAKE_RELEASE`].
+    /// How long a full brake takes to lift, in milliseconds (0 lifts in one step). Absent (or
+    /// null): the schema's `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_SAFE_INTEGER), extend("default" = schema::millis(crate::defaults::BRAKE_RELEASE)))]
     pub brake_release_ms: Option<u64>,
-    /// `SetPoint`'s highest learnable failure floor, in [0, [`crate::defaults::MAX_FLOOR_MAX`]]
-    /// (0 turns it off). Absent: [`crate::defaults::FLOOR_MAX`].
+    /// `SetPoint`'s highest learnable failure floor, in [0, 0.9] (0 turns learning off).
+    /// Absent (or null): the schema's `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::defaults::MAX_FLOOR_MAX), extend("default" = crate::defaults::FLOOR_MAX))]
     pub floor_max: Option<f64>,
-    /// The redelivery backoff of a failed message. Absent: [`crate::defaults::REDELIVERY_BASE`]
-    /// and [`crate::defaults::REDELIVERY_MAX`].
+    /// The redelivery backoff of a failed message. Absent (or null): the schema's
+    /// `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = schema::default_redelivery()))]
     pub redelivery: Option<RedeliveryConfig>,
-    /// Emergency brake: a minimum backoff, if set.
+    /// Emergency brake: a minimum backoff, if set. Absent (or null): no brake.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brake: Option<BrakeConfig>,
 }
 
 /// The redelivery backoff: a message whose `k`-th delivery failed is visible again
 /// `baseMs · 2^(k-1)` (at most `maxMs`) later, instead of after the queue's visibility timeout.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RedeliveryConfig {
     /// The delay after a failed first delivery in milliseconds; 0 turns the backoff off (the
     /// visibility timeout decides).
+    #[schemars(range(max = MAX_SAFE_INTEGER))]
     pub base_ms: u64,
     /// The longest delay in milliseconds (>= `baseMs`).
+    #[schemars(range(max = MAX_SAFE_INTEGER))]
     pub max_ms: u64,
 }
 
@@ -224,25 +235,53 @@ pub struct RedeliveryConfig {
 /// expires or a later payload lowers or removes it, the worker lifts it gradually (the worker
 /// library's `Brake`, "Lifting gently": a per-pod random delay, then a linear fall), so a fleet
 /// does not return to full permits in the same second.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BrakeConfig {
     /// Minimum backoff in [0,1].
+    #[schemars(range(min = 0, max = 1))]
     pub min_backoff: f64,
     /// Unix time in seconds at which the brake lifts itself, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -MAX_SAFE_INTEGER, max = MAX_SAFE_INTEGER))]
     pub expires_at_unix: Option<i64>,
 }
 
-/// The worker's answer to a push, and to `GET` [`CONFIG_PATH`].
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+/// The answer to a successful `PUT` and to `GET` of `/v1/config` ([`CONFIG_PATH`]) and
+/// `/v1/producer` ([`PRODUCER_PATH`]): the document now running.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(title = "ConfigAck")]
 pub struct ConfigAck {
-    /// The hash now running.
+    /// The hash now running: the one the document carried, or the one the receiver computed
+    /// when it carried none.
+    #[schemars(extend("pattern" = schema::ACK_HASH_PATTERN))]
     pub hash: String,
     /// The generation now running.
+    #[schemars(range(min = 0, max = MAX_SAFE_INTEGER))]
     pub generation: i64,
 }
+
+/// The body of every refusal of the admin port (4xx and 5xx): `{"error": "<message>"}`. The
+/// message is for people, except that a refusal for a hash that does not match the content
+/// starts with `hash mismatch` ([`ConfigError::Hash`]).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[schemars(title = "ErrorBody")]
+pub struct ErrorBody {
+    /// What was wrong.
+    pub error: String,
+}
+
+impl ErrorBody {
+    /// Whether this is the refusal of a hash that does not match the content (what a worker
+    /// that computes the hash another way answers; see [`WorkerConfig::legacy_hash`]).
+    pub fn is_hash_mismatch(&self) -> bool {
+        self.error.starts_with(HASH_MISMATCH)
+    }
+}
+
+/// How the message of a refused hash starts ([`ConfigError::Hash`], [`ErrorBody`]).
+pub const HASH_MISMATCH: &str = "hash mismatch";
 
 /// Why a document ([`WorkerConfig`] or [`ProducerConfig`]) was refused. Each variant names
 /// the offending field. The messages name no document kind: the same errors come back from
@@ -258,14 +297,14 @@ pub enum ConfigError {
     )]
     Version(String),
     /// A field out of range.
-    #[error("invalid worker config field {field}: {reason}")]
+    #[error("invalid field {field}: {reason}")]
     Field {
         /// The field name as in the JSON document.
         field: &'static str,
         /// What is wrong with it.
         reason: String,
     },
-    /// The hash does not match the content.
+    /// The hash does not match the content. The message starts with [`HASH_MISMATCH`].
     #[error("hash mismatch: payload says {given:?}, content hashes to {computed:?}")]
     Hash {
         /// The hash in the payload.
@@ -284,8 +323,7 @@ impl WorkerConfig {
         if bytes.len() > MAX_PAYLOAD_BYTES {
             return Err(ConfigError::TooLarge(bytes.len()));
         }
-        let cfg: WorkerConfig =
-            serde_json::from_slice(bytes).map_err(|e| ConfigError::Malformed(e.to_string()))?;
+        let cfg: WorkerConfig = parse_object(bytes, &["brake", "redelivery"])?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -323,6 +361,17 @@ impl WorkerConfig {
         if self.generation < 0 {
             return Err(field("generation", "must not be negative".into()));
         }
+        let brake_expiry = self.brake.as_ref().and_then(|b| b.expires_at_unix);
+        check_safe_integers(&[
+            ("generation", Some(self.generation.unsigned_abs())),
+            ("probeInitialMs", Some(self.probe_initial_ms)),
+            ("probeMaxMs", Some(self.probe_max_ms)),
+            ("ratioWindowMs", self.ratio_window_ms),
+            ("brakeReleaseMs", self.brake_release_ms),
+            ("redelivery.baseMs", self.redelivery.map(|r| r.base_ms)),
+            ("redelivery.maxMs", self.redelivery.map(|r| r.max_ms)),
+            ("brake.expiresAtUnix", brake_expiry.map(i64::unsigned_abs)),
+        ])?;
         if self.ratio_window_ms == Some(0) {
             return Err(field("ratioWindowMs", "must be at least 1".into()));
         }
@@ -350,17 +399,44 @@ impl WorkerConfig {
                 format!("{} is not in [0, 1]", b.min_backoff),
             ));
         }
-        check_hash(&self.hash, || self.compute_hash())
+        #[allow(deprecated)]
+        check_hash(&self.hash, || self.compute_hash(), || self.legacy_hash())
     }
 
-    /// The content hash: SHA-256 over the canonical JSON with `hash` empty and `generation`
-    /// zero (the hash names the content; the generation only orders deliveries), first 12 hex
-    /// digits.
+    /// The content hash: the first 12 lowercase hex digits of the SHA-256 of the RFC 8785
+    /// canonical JSON ([`jcs`]) of the payload with `hash` empty and `generation` zero (the
+    /// hash names the content; the generation only orders deliveries). Optional fields that
+    /// are absent are left out.
     pub fn compute_hash(&self) -> String {
-        let mut copy = self.clone();
-        copy.hash.clear();
-        copy.generation = 0;
-        content_hash(&copy)
+        content_hash(&self.hashed_content())
+    }
+
+    /// The canonical JSON the hash is computed over ([`WorkerConfig::compute_hash`]).
+    pub fn canonical_content(&self) -> String {
+        let copy = self.hashed_content();
+        jcs::to_string(&copy).unwrap_or_else(|_| format!("{copy:?}"))
+    }
+
+    fn hashed_content(&self) -> Self {
+        WorkerConfig {
+            hash: String::new(),
+            generation: 0,
+            ..self.clone()
+        }
+    }
+
+    /// The hash of the same content as workers and operators before the canonical form
+    /// computed it: over serde_json's own output (fields in declaration order, floats as
+    /// serde_json writes them, `1.0` for 1). Receivers accept a given hash that is either this
+    /// one or [`WorkerConfig::compute_hash`], and the operator counts a pod that reports
+    /// either as running the content, so that a fleet upgrades in any order
+    /// (`docs/wire-contract.md`, "Migration from the legacy hash").
+    #[deprecated(
+        since = "0.2.0",
+        note = "the pre-RFC 8785 hash of 0.1 workers and operators, recognised during rolling upgrades only; removed in 0.3.0"
+    )]
+    pub fn legacy_hash(&self) -> String {
+        legacy_content_hash(&self.hashed_content())
     }
 
     /// Returns the payload with its hash filled in.
@@ -404,13 +480,44 @@ impl Default for WorkerConfig {
     }
 }
 
-/// Checks a document's `given` hash against its content's (an empty one means "not given").
-fn check_hash(given: &str, computed: impl FnOnce() -> String) -> Result<(), ConfigError> {
+/// Parses a document that must be a JSON object whose `nested` members are objects (or null)
+/// when present. serde would also read a struct from an array (`"brake": [0.5]`), which no
+/// other implementation of the contract does; the shape is checked first, then the document
+/// is parsed strictly (duplicate members and unknown fields refused).
+fn parse_object<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    nested: &[&str],
+) -> Result<T, ConfigError> {
+    let malformed = |e: serde_json::Error| ConfigError::Malformed(e.to_string());
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(malformed)?;
+    let Some(members) = value.as_object() else {
+        return Err(ConfigError::Malformed("expected a JSON object".into()));
+    };
+    for name in nested {
+        if let Some(v) = members.get(*name)
+            && !(v.is_object() || v.is_null())
+        {
+            return Err(ConfigError::Malformed(format!(
+                "{name}: expected a JSON object or null"
+            )));
+        }
+    }
+    serde_json::from_slice(bytes).map_err(malformed)
+}
+
+/// Checks a document's `given` hash against its content's (an empty one means "not given"):
+/// the canonical hash or, until the legacy hash is removed, the legacy one. The error names
+/// the canonical hash.
+fn check_hash(
+    given: &str,
+    computed: impl FnOnce() -> String,
+    legacy: impl FnOnce() -> String,
+) -> Result<(), ConfigError> {
     if given.is_empty() {
         return Ok(());
     }
     let computed = computed();
-    if computed == given {
+    if computed == given || legacy() == given {
         Ok(())
     } else {
         Err(ConfigError::Hash {
@@ -420,17 +527,48 @@ fn check_hash(given: &str, computed: impl FnOnce() -> String) -> Result<(), Conf
     }
 }
 
-/// The first 12 hex digits of the SHA-256 of a document's JSON (the caller clears what the
-/// hash must not cover).
-fn content_hash<T: Serialize + std::fmt::Debug>(doc: &T) -> String {
-    // Serializing a struct of plain fields cannot fail; fall back to Debug just in case.
-    let bytes = serde_json::to_vec(doc).unwrap_or_else(|_| format!("{doc:?}").into_bytes());
-    let digest = Sha256::digest(&bytes);
-    let mut hex = String::with_capacity(12);
-    for b in digest.iter().take(6) {
-        hex.push_str(&format!("{b:02x}"));
+/// Refuses an integer field beyond [`MAX_SAFE_INTEGER`] (magnitudes; absent fields pass).
+fn check_safe_integers(fields: &[(&'static str, Option<u64>)]) -> Result<(), ConfigError> {
+    for (field, value) in fields {
+        if let Some(v) = *value
+            && v > MAX_SAFE_INTEGER.unsigned_abs()
+        {
+            return Err(ConfigError::Field {
+                field,
+                reason: format!(
+                    "{v} is beyond 2^53 - 1, the largest integer every JSON reader holds exactly"
+                ),
+            });
+        }
     }
-    hex
+    Ok(())
+}
+
+/// The first 12 hex digits of the SHA-256 of a document's canonical JSON ([`jcs`]; the caller
+/// clears what the hash must not cover).
+fn content_hash<T: Serialize + std::fmt::Debug>(doc: &T) -> String {
+    // A document with a NaN or infinite number has no canonical form (and no JSON one): it
+    // fails validation before its hash matters. Fall back to Debug to stay total.
+    let text = jcs::to_string(doc).unwrap_or_else(|_| format!("{doc:?}"));
+    hex12(&text)
+}
+
+/// The legacy hash: as [`content_hash`] over serde_json's output instead of the canonical
+/// form (what 0.1 workers and operators compute).
+fn legacy_content_hash<T: Serialize + std::fmt::Debug>(doc: &T) -> String {
+    let text = serde_json::to_string(doc).unwrap_or_else(|_| format!("{doc:?}"));
+    hex12(&text)
+}
+
+fn hex12(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .take(6)
+        .fold(String::with_capacity(12), |mut hex, b| {
+            use std::fmt::Write as _;
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
 }
 
 #[cfg(test)]
@@ -499,6 +637,130 @@ mod tests {
         let cfg = WorkerConfig::default();
         let bytes = serde_json::to_vec(&cfg).unwrap();
         assert_eq!(WorkerConfig::parse(&bytes).unwrap(), cfg);
+    }
+
+    /// The hash is the first 12 hex digits of the SHA-256 of the canonical JSON, computed here
+    /// from the canonical text independently of `compute_hash`.
+    #[test]
+    fn hash_is_sha256_of_the_canonical_json() {
+        let cfg = WorkerConfig {
+            generation: 42,
+            floor_max: Some(0.0),
+            brake: Some(BrakeConfig {
+                min_backoff: 1.0,
+                expires_at_unix: Some(1_767_229_200),
+            }),
+            ..WorkerConfig::default()
+        }
+        .with_hash();
+        let text = cfg.canonical_content();
+        assert_eq!(
+            text,
+            "{\"algorithm\":\"SetPoint\",\"brake\":{\"expiresAtUnix\":1767229200,\"minBackoff\":1},\
+             \"floorMax\":0,\"generation\":0,\"hash\":\"\",\"maxPermits\":16,\"probeInitialMs\":2000,\
+             \"probeMaxMs\":60000,\"reaction\":20,\"setPoint\":0.05,\
+             \"version\":\"backpressure.dev/worker-config/v1\"}"
+        );
+        let digest = Sha256::digest(text.as_bytes());
+        let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(cfg.hash, hex);
+        // The legacy hash is over serde_json's own text (declaration order, `1.0`).
+        #[allow(deprecated)]
+        let legacy = cfg.legacy_hash();
+        let legacy_text = serde_json::to_string(&WorkerConfig {
+            hash: String::new(),
+            generation: 0,
+            ..cfg.clone()
+        })
+        .unwrap();
+        assert!(legacy_text.contains("\"minBackoff\":1.0"), "{legacy_text}");
+        let digest = Sha256::digest(legacy_text.as_bytes());
+        let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(legacy, hex);
+        assert_ne!(legacy, cfg.hash);
+    }
+
+    /// A payload carrying the legacy hash of its content is accepted (what a 0.1 operator
+    /// sends); one carrying the legacy hash of other content is not.
+    #[test]
+    #[allow(deprecated)]
+    fn the_legacy_hash_is_accepted_during_the_migration() {
+        let cfg = WorkerConfig::default();
+        let legacy = WorkerConfig {
+            hash: cfg.legacy_hash(),
+            ..cfg.clone()
+        };
+        assert_ne!(legacy.hash, cfg.hash);
+        let bytes = serde_json::to_vec(&legacy).unwrap();
+        assert_eq!(WorkerConfig::parse(&bytes).unwrap(), legacy);
+        let other = WorkerConfig {
+            max_permits: 8,
+            ..legacy.clone()
+        };
+        match other.validate() {
+            Err(e @ ConfigError::Hash { .. }) => {
+                assert!(e.to_string().starts_with(HASH_MISMATCH), "{e}");
+                // The error names the canonical hash of the content.
+                assert!(e.to_string().contains(&other.compute_hash()), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn integers_beyond_2_pow_53_are_refused_naming_the_field() {
+        let d = WorkerConfig::default();
+        let over = MAX_SAFE_INTEGER as u64 + 1;
+        let cases: Vec<(WorkerConfig, &str)> = vec![
+            (
+                WorkerConfig {
+                    generation: MAX_SAFE_INTEGER + 1,
+                    ..d.clone()
+                },
+                "generation",
+            ),
+            (
+                WorkerConfig {
+                    probe_max_ms: over,
+                    ..d.clone()
+                },
+                "probeMaxMs",
+            ),
+            (
+                WorkerConfig {
+                    redelivery: Some(RedeliveryConfig {
+                        base_ms: 0,
+                        max_ms: over,
+                    }),
+                    ..d.clone()
+                },
+                "redelivery.maxMs",
+            ),
+            (
+                WorkerConfig {
+                    brake: Some(BrakeConfig {
+                        min_backoff: 0.5,
+                        expires_at_unix: Some(-MAX_SAFE_INTEGER - 1),
+                    }),
+                    ..d.clone()
+                },
+                "brake.expiresAtUnix",
+            ),
+        ];
+        for (cfg, want) in cases {
+            match cfg.validate() {
+                Err(ConfigError::Field { field, .. }) => assert_eq!(field, want),
+                other => panic!("{want}: {other:?}"),
+            }
+        }
+        WorkerConfig {
+            generation: MAX_SAFE_INTEGER,
+            probe_max_ms: MAX_SAFE_INTEGER as u64,
+            ..d
+        }
+        .with_hash()
+        .validate()
+        .unwrap();
     }
 
     #[test]
@@ -671,7 +933,7 @@ mod tests {
         /// A valid config: every field within its documented range.
         fn valid_config() -> impl Strategy<Value = WorkerConfig> {
             (
-                0i64..i64::MAX,
+                0i64..=MAX_SAFE_INTEGER,
                 prop_oneof![
                     Just(Algorithm::SetPoint),
                     Just(Algorithm::RatioThrottle),
@@ -682,7 +944,10 @@ mod tests {
                 1u32..10_000,
                 1u32..10_000,
                 (1u64..1_000_000, 0u64..1_000_000),
-                proptest::option::of((0.0f64..=1.0, proptest::option::of(any::<i64>()))),
+                proptest::option::of((
+                    0.0f64..=1.0,
+                    proptest::option::of(-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER),
+                )),
                 (
                     proptest::option::of(0u32..2048),
                     proptest::option::of(1u64..10_000_000),

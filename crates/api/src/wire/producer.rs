@@ -25,10 +25,13 @@
 //! (`retryAfterMs` while paused or throttled to 0, the time until the next token while
 //! throttled) to hand back to its own client. Before its first document a producer runs
 //! [`ProducerConfig::default`]: `Open`.
+//!
+//! The normative specification is `docs/wire-contract.md` ("The producer document").
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::{ConfigError, MAX_SAFE_INTEGER, schema};
 
 /// Version of the producer document.
 pub const PRODUCER_WIRE_VERSION: &str = "backpressure.dev/producer-state/v1";
@@ -40,7 +43,7 @@ pub const PRODUCER_FILE_NAME: &str = "producer-state.json";
 pub const MAX_RETRY_AFTER_MS: u64 = 3_600_000;
 
 /// What the gate does, as pushed to producer pods.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum GateState {
     /// Admit everything.
     #[default]
@@ -66,30 +69,43 @@ impl GateState {
 }
 
 /// The producer state document.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "ProducerConfig")]
+// A `Throttled` document needs `ratePerSecond` (the one rule between fields JSON Schema says).
+#[schemars(extend(
+    "if" = {"properties": {"state": {"const": "Throttled"}}, "required": ["state"]},
+    "then" = {"required": ["ratePerSecond"], "properties": {"ratePerSecond": {"type": "number"}}}
+))]
 pub struct ProducerConfig {
-    /// Always [`PRODUCER_WIRE_VERSION`].
+    /// The document version, always `backpressure.dev/producer-state/v1`.
+    #[schemars(extend("const" = PRODUCER_WIRE_VERSION))]
     pub version: String,
     /// Monotonic generation, as for the worker config.
+    #[schemars(range(min = 0, max = MAX_SAFE_INTEGER))]
     pub generation: i64,
-    /// Content hash (the worker config's scheme: `generation` zero and `hash` empty).
+    /// Content hash (the worker config's scheme: `generation` zero and `hash` empty). Empty or
+    /// absent: not given.
     #[serde(default)]
+    #[schemars(extend("pattern" = schema::HASH_PATTERN))]
     pub hash: String,
     /// The gate state.
     pub state: GateState,
     /// `Throttled` only: messages per second this pod may send (the producer workload's rate
     /// shared among its ready pods), finite and ≥ 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub rate_per_second: Option<f64>,
     /// How long a caller refused while `Paused` should wait before trying again, in
-    /// milliseconds, at most [`MAX_RETRY_AFTER_MS`].
+    /// milliseconds, at least 1 and at most 3600000 (one hour, [`MAX_RETRY_AFTER_MS`]).
+    #[schemars(range(min = 1, max = MAX_RETRY_AFTER_MS))]
     pub retry_after_ms: u64,
     /// The lease of a restriction: Unix time in seconds after which the producer runs `Open`
     /// unless a newer document arrives first. The operator sends one with every `Paused` or
     /// `Throttled` document and renews it while the restriction holds, so producers are never
     /// left paused by an operator that is gone. Absent: no end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_SAFE_INTEGER))]
     pub expires_at_unix: Option<i64>,
 }
 
@@ -115,8 +131,7 @@ impl ProducerConfig {
         if bytes.len() > super::MAX_PAYLOAD_BYTES {
             return Err(ConfigError::TooLarge(bytes.len()));
         }
-        let cfg: ProducerConfig =
-            serde_json::from_slice(bytes).map_err(|e| ConfigError::Malformed(e.to_string()))?;
+        let cfg: ProducerConfig = super::parse_object(bytes, &[])?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -130,6 +145,10 @@ impl ProducerConfig {
         if self.generation < 0 {
             return Err(field("generation", "must not be negative".into()));
         }
+        super::check_safe_integers(&[
+            ("generation", Some(self.generation.unsigned_abs())),
+            ("expiresAtUnix", self.expires_at_unix.map(i64::unsigned_abs)),
+        ])?;
         match (self.state, self.rate_per_second) {
             (GateState::Throttled, None) => {
                 return Err(field(
@@ -154,15 +173,38 @@ impl ProducerConfig {
                 ),
             ));
         }
-        super::check_hash(&self.hash, || self.compute_hash())
+        #[allow(deprecated)]
+        super::check_hash(&self.hash, || self.compute_hash(), || self.legacy_hash())
     }
 
-    /// The content hash: as [`super::WorkerConfig::compute_hash`].
+    /// The content hash: as [`super::WorkerConfig::compute_hash`] (RFC 8785 canonical JSON
+    /// with `hash` empty and `generation` zero).
     pub fn compute_hash(&self) -> String {
-        let mut copy = self.clone();
-        copy.hash.clear();
-        copy.generation = 0;
-        super::content_hash(&copy)
+        super::content_hash(&self.hashed_content())
+    }
+
+    /// The canonical JSON the hash is computed over.
+    pub fn canonical_content(&self) -> String {
+        let copy = self.hashed_content();
+        super::jcs::to_string(&copy).unwrap_or_else(|_| format!("{copy:?}"))
+    }
+
+    fn hashed_content(&self) -> Self {
+        ProducerConfig {
+            hash: String::new(),
+            generation: 0,
+            ..self.clone()
+        }
+    }
+
+    /// The hash 0.1 producers and operators computed: as
+    /// [`super::WorkerConfig::legacy_hash`].
+    #[deprecated(
+        since = "0.2.0",
+        note = "the pre-RFC 8785 hash of 0.1 producers and operators, recognised during rolling upgrades only; removed in 0.3.0"
+    )]
+    pub fn legacy_hash(&self) -> String {
+        super::legacy_content_hash(&self.hashed_content())
     }
 
     /// Returns the document with its hash filled in.

@@ -654,10 +654,18 @@ fn optional_worker_settings_render_only_when_set_and_keep_old_hashes() {
     ] {
         assert!(json.get(absent).is_none(), "{absent} in {json}");
     }
+    // Recomputed outside Rust: the first 12 hex digits of the SHA-256 of
+    // `json.dumps(payload, sort_keys=True, separators=(",", ":"))` in Python, which for this
+    // payload (ASCII names, no float that formats otherwise) is its RFC 8785 form.
     assert_eq!(
-        plain.hash, "7142b90d3b19",
+        plain.hash, "7485623321e4",
         "the default payload's hash changed"
     );
+    // The 0.1 hash of the same payload (serde_json's field order), pinned here before the
+    // change to RFC 8785, is what the legacy hash still computes.
+    #[allow(deprecated)]
+    let legacy = plain.legacy_hash();
+    assert_eq!(legacy, "7142b90d3b19", "the legacy hash changed");
 
     // Set on the object, or by a policy's defaults: rendered.
     let mut s = spec();

@@ -14,7 +14,9 @@
 //! running generation, 413 for a body over [`MAX_PAYLOAD_BYTES`]; also 408 when the body does
 //! not arrive in time, 429 (with `Retry-After`) for a source that failed authentication too
 //! often ([`FailureLimit`]) and 503 when the token cannot be checked. The token is checked
-//! before the body is read. Errors are JSON `{"error": "..."}`.
+//! before the body is read. Errors are JSON `{"error": "..."}` ([`ErrorBody`]); a hash that
+//! matches neither the canonical nor the legacy hash of the content is refused with 400 and
+//! a message starting `hash mismatch`. The specification is `docs/wire-contract.md`.
 //!
 //! The source of a request is the peer IP address, which [`Admin::serve`] attaches to each
 //! request as a [`SocketAddr`] extension (a request handed to [`Admin::handle`] without it
@@ -29,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backpressure_api::wire::{
-    CONFIG_PATH, ConfigAck, ConfigError, MAX_PAYLOAD_BYTES, PRODUCER_PATH,
+    CONFIG_PATH, ConfigAck, ConfigError, ErrorBody, MAX_PAYLOAD_BYTES, PRODUCER_PATH,
 };
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
@@ -222,8 +224,14 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Repl
 }
 
 fn error(status: StatusCode, message: impl fmt::Display) -> Reply {
-    let body = serde_json::json!({ "error": message.to_string() }).to_string();
-    reply(status, "application/json", body)
+    let body = ErrorBody {
+        error: message.to_string(),
+    };
+    match serde_json::to_vec(&body) {
+        Ok(bytes) => reply(status, "application/json", bytes),
+        // A struct of one string always serializes; keep the status regardless.
+        Err(_) => reply(status, "text/plain", body.error),
+    }
 }
 
 fn ack_reply(ack: &ConfigAck) -> Reply {

@@ -348,6 +348,73 @@ async fn push_status_codes_and_refusals_leave_config_unchanged() {
     );
 }
 
+/// The migration to the RFC 8785 hash (`docs/wire-contract.md`): a payload carrying the legacy
+/// hash of its content (what a 0.1 operator sends) is applied and acknowledged with that hash,
+/// so the old operator counts the pod in sync; one carrying the canonical hash is acknowledged
+/// with it; one without a hash gets the canonical hash; a hash of other content is refused
+/// with 400 and a body starting `hash mismatch`, and nothing changes.
+#[tokio::test]
+#[allow(deprecated)]
+async fn a_legacy_hash_is_accepted_and_acknowledged_as_given() {
+    let (admin, gate) = admin();
+    let put = |cfg: &WorkerConfig| {
+        let body = serde_json::to_vec(cfg).unwrap();
+        let admin = admin.clone();
+        async move { call(&admin, "PUT", CONFIG_PATH, Some("good"), body).await }
+    };
+    let content = config(0, 5);
+    let legacy = WorkerConfig {
+        generation: 10,
+        hash: content.legacy_hash(),
+        ..content.clone()
+    };
+    assert_ne!(legacy.hash, content.hash);
+    let (status, text) = put(&legacy).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let ack: ConfigAck = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        (ack.hash.as_str(), ack.generation),
+        (legacy.hash.as_str(), 10)
+    );
+    assert_eq!(gate.snapshot().limit, 5);
+    let (_, running) = call(&admin, "GET", CONFIG_PATH, None, vec![]).await;
+    assert_eq!(serde_json::from_str::<ConfigAck>(&running).unwrap(), ack);
+
+    let canonical = WorkerConfig {
+        generation: 11,
+        ..config(0, 6)
+    };
+    let (status, text) = put(&canonical).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        serde_json::from_str::<ConfigAck>(&text).unwrap().hash,
+        canonical.hash
+    );
+
+    let unhashed = WorkerConfig {
+        generation: 12,
+        hash: String::new(),
+        ..config(0, 7)
+    };
+    let (status, text) = put(&unhashed).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        serde_json::from_str::<ConfigAck>(&text).unwrap().hash,
+        unhashed.compute_hash()
+    );
+
+    let wrong = WorkerConfig {
+        generation: 13,
+        hash: config(0, 9).legacy_hash(),
+        ..config(0, 8)
+    };
+    let (status, text) = put(&wrong).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    let body: backpressure_api::wire::ErrorBody = serde_json::from_str(&text).unwrap();
+    assert!(body.is_hash_mismatch(), "{text}");
+    assert_eq!(gate.snapshot().limit, 7);
+}
+
 #[tokio::test]
 async fn pushes_are_refused_without_a_verifier() {
     let (state, _, _) = state();
@@ -468,10 +535,13 @@ async fn generations_far_ahead_of_the_clock_are_refused_without_effect() {
             ),
             "{err}"
         );
-        assert!(
-            err.to_string().contains("ahead of this worker's clock"),
-            "{err}"
-        );
+        // Beyond 2^53 - 1 the contract's own range refuses it first.
+        let why = if generation > backpressure_api::wire::MAX_SAFE_INTEGER {
+            "beyond 2^53 - 1"
+        } else {
+            "ahead of this worker's clock"
+        };
+        assert!(err.to_string().contains(why), "{err}");
         assert_eq!(state.ack().generation, 0);
         assert_eq!(gate.snapshot().limit, 16);
         assert_eq!(gate.snapshot().backoff, 0.0);
