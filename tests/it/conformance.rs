@@ -112,36 +112,32 @@ enum Implementation {
     Python,
 }
 
-/// The Rust example worker's binary, built if `cargo test` has not built it yet.
+/// The Rust example worker's binary, built now: `cargo test -p backpressure-operator` does not
+/// rebuild another package's example, and a stale one would test old code (a no-op when it is
+/// up to date).
 fn rust_example_worker() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
     // target/<profile>/deps/it-<hash> → target/<profile>/examples/example-worker
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_owned();
-    let bin = profile_dir.join("examples").join("example-worker");
-    if !bin.exists() {
+    BUILT.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(repo_root())
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "backpressure-worker",
-                "--example",
-                "example-worker",
-            ])
+            .args(["build", "--locked", "-p", "backpressure-worker"])
+            .args(["--example", "example-worker"])
             .status()
             .unwrap();
         assert!(status.success(), "building the example worker failed");
-    }
-    bin
+    });
+    profile_dir.join("examples").join("example-worker")
 }
 
-/// The Go SDK's example worker (`sdk/go/test.sh` builds it; built here if it has not run).
+/// The Go SDK's example worker, built now (a no-op from Go's cache when it is up to date).
 fn go_example_worker() -> PathBuf {
     let dir = repo_root().join("sdk/go");
     let bin = dir.join("build/example-worker");
-    if !bin.exists() {
+    {
         let path = format!(
             "{}:/usr/local/go/bin",
             std::env::var("PATH").unwrap_or_default()
@@ -158,16 +154,17 @@ fn go_example_worker() -> PathBuf {
     bin
 }
 
-/// The TypeScript SDK's example worker, compiled (`sdk/typescript/test.sh` builds it; built
-/// here if it has not run), and the node that runs it.
+/// The TypeScript SDK's example worker, compiled now (its packages installed first if
+/// `sdk/typescript/test.sh` has not run), and the node that runs it.
 fn typescript_example_worker() -> (PathBuf, Vec<String>) {
+    static BUILT: std::sync::Once = std::sync::Once::new();
     let dir = repo_root().join("sdk/typescript");
-    let script = dir.join("build/examples/worker.js");
-    if !script.exists() {
-        for args in [
-            &["ci", "--no-audit", "--no-fund"][..],
-            &["run", "build"][..],
-        ] {
+    BUILT.call_once(|| {
+        let mut steps = vec![&["run", "build"][..]];
+        if !dir.join("node_modules").exists() {
+            steps.insert(0, &["ci", "--no-audit", "--no-fund"][..]);
+        }
+        for args in steps {
             let status = Command::new("npm")
                 .current_dir(&dir)
                 .args(args)
@@ -175,7 +172,8 @@ fn typescript_example_worker() -> (PathBuf, Vec<String>) {
                 .unwrap();
             assert!(status.success(), "npm {args:?} in sdk/typescript failed");
         }
-    }
+    });
+    let script = dir.join("build/examples/worker.js");
     (PathBuf::from("node"), vec![script.display().to_string()])
 }
 
