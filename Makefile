@@ -107,7 +107,7 @@ test: deps k8s-bins lint manifests sdk-test ## Install what is needed, lint, and
 # The SDKs in other languages (sdk/<language>/): each has a test.sh that installs its ecosystem's
 # dependencies (Go modules, a Python venv, npm packages) and runs its own test runner, the golden
 # vectors of conformance/vectors included.
-SDKS :=
+SDKS := go python typescript
 
 .PHONY: sdk-test
 sdk-test: ## The Go, Python and TypeScript SDKs' own test runners (go test, pytest, node --test)
