@@ -48,8 +48,8 @@ pub struct Step {
     pub op: Op,
 }
 
-/// The calls (`op` in the file).
-#[derive(Debug, Clone, Deserialize)]
+/// The calls (`op` in the file; the vectors generator writes them with the same type).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase")]
 pub enum Op {
     /// `record(t, outcome)`.
@@ -79,7 +79,7 @@ pub enum Op {
 }
 
 /// An outcome by its wire class name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeClass {
     /// `success`.
@@ -88,6 +88,16 @@ pub enum OutcomeClass {
     DependencyFailure,
     /// `message_failure`.
     MessageFailure,
+}
+
+impl From<Outcome> for OutcomeClass {
+    fn from(o: Outcome) -> OutcomeClass {
+        match o {
+            Outcome::Success => OutcomeClass::Success,
+            Outcome::DependencyFailure => OutcomeClass::DependencyFailure,
+            Outcome::MessageFailure => OutcomeClass::MessageFailure,
+        }
+    }
 }
 
 impl From<OutcomeClass> for Outcome {

@@ -14,6 +14,7 @@ mod run;
 use std::fmt::Write as _;
 
 use backpressure_api::wire::WorkerConfig;
+pub use backpressure_worker::conformance::{Op, OutcomeClass};
 use serde::Serialize;
 
 pub use replay::{Mismatch, ReplayError, Replayed, replay};
@@ -66,37 +67,6 @@ pub struct Step {
     pub op: Op,
     /// The readings after the call.
     pub expect: Expect,
-}
-
-/// The calls of a step (`op` in the file).
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "op", rename_all = "camelCase")]
-pub enum Op {
-    /// `record(t, outcome)`.
-    Record {
-        /// `success`, `dependency_failure` or `message_failure`.
-        outcome: &'static str,
-    },
-    /// `permits(t, inFlight)`.
-    Permits {
-        /// Messages in flight or polled for.
-        #[serde(rename = "inFlight")]
-        in_flight: u32,
-    },
-    /// `release_unused(t, unused)`.
-    ReleaseUnused {
-        /// Permits granted and not used.
-        unused: u32,
-    },
-    /// A new payload: the brake is converted and succeeds the old one, then the settings are
-    /// applied (in place, or a rebuild when the algorithm changes).
-    Configure {
-        /// The new payload.
-        config: Box<WorkerConfig>,
-        /// The Unix time in seconds at `t`.
-        #[serde(rename = "unixS")]
-        unix_s: i64,
-    },
 }
 
 /// The readings after a step.

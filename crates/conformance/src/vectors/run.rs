@@ -143,7 +143,7 @@ impl Run {
         self.controller.record(self.now(), outcome);
         self.push(
             Op::Record {
-                outcome: outcome.class(),
+                outcome: outcome.into(),
             },
             None,
         );
