@@ -378,13 +378,16 @@ func FromConfig(cfg *WorkerConfig, seed uint64) Controller {
 
 // ApplySettings applies settings to *controller: it reconfigures in place when the algorithm
 // is unchanged, otherwise replaces it with a new controller that starts from the old backoff
-// where the new algorithm can carry it. The brake is set on the result.
+// (its own, without the brake) where the new algorithm can carry it. The brake is set on the
+// result.
 func ApplySettings(controller *Controller, now Nanos, settings Settings, seed uint64, brake *Brake) {
 	settings = settings.Sanitized()
 	c := *controller
 	if c.Algorithm() == settings.Algorithm {
 		c.Reconfigure(now, settings)
 	} else {
+		// The old controller's own backoff, without the brake (set again below).
+		c.SetBrake(nil)
 		previous := c.Backoff(now)
 		next := Build(settings, seed)
 		next.StartFrom(now, previous)

@@ -999,7 +999,7 @@ fn algorithm_fixed_off_round_trip() -> Case {
 fn algorithm_change_under_brake() -> Case {
     let mut r = Run::new(
         "algorithm-change-under-brake",
-        "The backoff carried into a rebuilt SetPoint is the old controller's backoff including an active brake: RatioThrottle (own backoff 0) under a brake of 0.5 becomes a SetPoint whose integrator starts at 0.5, which stays after the brake is removed (instantly: brakeReleaseMs 0) and falls only with successes.",
+        "The backoff carried into a rebuilt SetPoint is the old controller's own, without the brake: RatioThrottle (own backoff 0) under a brake of 0.5 becomes a SetPoint held at 0.5 by the brake only, back to full permits as soon as the brake is removed (instantly: brakeReleaseMs 0).",
         113,
         ms(0),
         WorkerConfig {

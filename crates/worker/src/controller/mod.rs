@@ -597,8 +597,9 @@ pub fn from_config(cfg: &WorkerConfig, seed: u64) -> Box<dyn Controller> {
 }
 
 /// Applies `settings` to `controller`: reconfigures in place when the algorithm is unchanged,
-/// otherwise replaces it with a new controller that starts from the old backoff where the new
-/// algorithm can carry it. The brake is carried over.
+/// otherwise replaces it with a new controller that starts from the old controller's own
+/// backoff (without the brake) where the new algorithm can carry it. `brake` is set on the
+/// result.
 pub fn apply_settings(
     controller: &mut Box<dyn Controller>,
     now: Nanos,
@@ -610,6 +611,9 @@ pub fn apply_settings(
     if controller.algorithm() == settings.algorithm {
         controller.reconfigure(now, settings);
     } else {
+        // The old controller's own backoff, without the brake: the new one gets the brake
+        // below, and a brake's level carried into its integrator would outlive the brake.
+        controller.set_brake(None);
         let previous = controller.backoff(now);
         let mut next = build(settings, seed);
         next.start_from(now, previous);

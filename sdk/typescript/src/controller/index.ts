@@ -60,6 +60,8 @@ export function applySettings(
   if (controller.algorithm === s.algorithm) {
     controller.reconfigure(now, s);
   } else {
+    // The old controller's own backoff, without the brake (set again below).
+    controller.setBrake(null);
     const previous = controller.backoff(now);
     next = buildController(s, seed);
     next.startFrom(now, previous);

@@ -652,7 +652,18 @@ fn reconfigure_keeps_state_and_algorithm_change_carries_backoff() {
     }));
     apply_settings(&mut c2, T0, Settings::steady(), 1, c2_brake());
     assert_eq!(c2.algorithm(), Algorithm::SetPoint);
-    assert_eq!(c2.backoff(T0), 0.25, "carried from Fixed under brake");
+    assert_eq!(
+        c2.backoff(T0),
+        0.25,
+        "the brake applies to the new controller"
+    );
+    // The brake's level was not carried into the new integrator: removed, it leaves nothing.
+    apply_settings(&mut c2, T0, Settings::steady(), 1, None);
+    assert_eq!(
+        c2.backoff(T0),
+        0.0,
+        "the brake outlived itself in the integrator"
+    );
 }
 
 fn c2_brake() -> Option<Brake> {

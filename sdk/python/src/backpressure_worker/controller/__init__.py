@@ -93,13 +93,16 @@ def apply_settings(
     controller: Controller, now: Nanos, settings: Settings, seed: int, brake: Brake | None
 ) -> Controller:
     """Applies ``settings``: reconfigures ``controller`` in place when the algorithm is
-    unchanged, otherwise builds a new controller that starts from the old backoff. The brake is
+    unchanged, otherwise builds a new controller that starts from the old controller's own backoff
+    (without the brake). The brake is
     set on the result. Returns the controller in force (``controller`` itself or its
     replacement)."""
     settings = settings.sanitized()
     if controller.algorithm == settings.algorithm:
         controller.reconfigure(now, settings)
     else:
+        # The old controller's own backoff, without the brake (set again below).
+        controller.set_brake(None)
         previous = controller.backoff(now)
         nxt = build(settings, seed)
         nxt.start_from(now, previous)
