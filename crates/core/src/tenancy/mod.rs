@@ -17,38 +17,47 @@ use crate::resolve::{EffectiveMetrics, FieldError};
 ///   (then it runs as written);
 /// - an override from a policy's `defaults` is platform input and runs as written, like the
 ///   built-in default queries: it may read every namespace, and the object still picks only
-///   the series labelled with its own namespace and workload.
+///   the series labelled with its own namespace and workload;
+/// - every override then gets the timestamps of the series it reads
+///   ([`crate::freshness::with_freshness`]), so that `staleAfter` applies to it as to the
+///   default queries.
 ///
-/// Every override that cannot be scoped is an error naming its field; one is enough for the
-/// object's metrics to be unavailable (nothing is read for it).
+/// Every override that cannot be scoped or dated is an error naming its field; one is enough
+/// for the object's metrics to be unavailable (nothing is read for it).
 pub fn scoped_queries(
     metrics: &EffectiveMetrics,
     namespace: &str,
 ) -> Result<QueryOverrides, Vec<FieldError>> {
     let mut out = metrics.queries.clone();
     let mut errors = Vec::new();
-    if metrics.access.cross_namespace_by.is_some() {
-        return Ok(out);
-    }
+    let scoped = metrics.access.cross_namespace_by.is_none();
     for (kind, source) in &metrics.query_sources {
-        if !source.tenant {
-            continue;
-        }
         let Some(slot) = query_slot(&mut out, kind) else {
             continue;
         };
-        let Some(text) = slot.as_deref() else {
+        let Some(text) = slot.take() else {
             continue;
         };
-        match query::scope_to_namespace(text, namespace) {
-            Ok(scoped) => *slot = Some(scoped),
-            Err(e) => {
-                *slot = None;
-                errors.push(FieldError {
-                    field: source.field.clone(),
-                    message: format!("rejected: {e}"),
-                });
+        let tenant_scoped = scoped && source.tenant;
+        let run = if tenant_scoped {
+            query::scope_to_namespace(&text, namespace)
+        } else {
+            Ok(text)
+        }
+        .and_then(|q| crate::freshness::with_freshness(&q))
+        .and_then(|q| {
+            // The timestamps read the same selectors, scoped as they were.
+            if tenant_scoped && !query::is_scoped_to(&query::parse_unchecked(&q)?, namespace) {
+                return Err(query::ScopeError::NotFaithful);
             }
+            Ok(q)
+        });
+        match run {
+            Ok(q) => *slot = Some(q),
+            Err(e) => errors.push(FieldError {
+                field: source.field.clone(),
+                message: format!("rejected: {e}"),
+            }),
         }
     }
     if errors.is_empty() {
@@ -122,13 +131,26 @@ mod tests {
         }];
         let eff = resolve(&s, &policies, Timestamp::UNIX_EPOCH).unwrap();
         let q = scoped_queries(&eff.metrics, "a").unwrap();
+        let value = |q: &Option<String>| {
+            let q = q.as_deref().unwrap_or_default();
+            let end = q.find(") or label_replace(").unwrap_or_default();
+            q[1..end].to_owned()
+        };
         assert_eq!(
-            q.queue_age.as_deref(),
-            Some(r#"max by (namespace, workload) ({__name__="age",namespace="a"})"#)
+            value(&q.queue_age),
+            r#"max by (namespace, workload) ({__name__="age",namespace="a"})"#
+        );
+        assert!(
+            q.queue_age
+                .as_deref()
+                .unwrap_or_default()
+                .contains(r#"timestamp({__name__="age",namespace="a"})"#),
+            "the timestamps are read from the scoped selector: {:?}",
+            q.queue_age
         );
         assert_eq!(
-            q.backoff.as_deref(),
-            Some("avg by (namespace, workload) (b)")
+            value(&q.backoff),
+            r#"avg by (namespace, workload) ({__name__="b"})"#
         );
         assert_eq!(q.failure_rate, None);
 
@@ -149,9 +171,10 @@ mod tests {
             eff.metrics.access.cross_namespace_by.as_deref(),
             Some("open")
         );
+        let q = scoped_queries(&eff.metrics, "a").unwrap();
         assert_eq!(
-            scoped_queries(&eff.metrics, "a").unwrap(),
-            s.metrics.unwrap().queries.unwrap()
+            value(&q.queue_age),
+            r#"max by (namespace, workload) ({__name__="age",namespace="b"})"#
         );
     }
 
