@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use backpressure_api::duration::format_duration;
-use backpressure_api::v1alpha1::QueryOverrides;
 use backpressure_api::wire::metrics as m;
+use backpressure_core::tenancy::FleetQueries;
 
 pub use backpressure_core::freshness::{SAMPLE_LABEL, SAMPLE_TIMESTAMP};
 
@@ -35,11 +35,14 @@ pub enum MetricKind {
     /// Mean failure floor of the fleet (`backpressure_failure_floor`): optional, workers that
     /// do not export it read as no floor.
     FailureFloor,
+    /// The most consumers that can work at once (Kafka partitions): only from a queue preset,
+    /// optional (unknown means no cap).
+    Partitions,
 }
 
 impl MetricKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [MetricKind; 7] = [
+    pub const ALL: [MetricKind; 8] = [
         MetricKind::Backoff,
         MetricKind::FailureRate,
         MetricKind::QueueAge,
@@ -47,6 +50,7 @@ impl MetricKind {
         MetricKind::ArrivalRate,
         MetricKind::CompletionRate,
         MetricKind::FailureFloor,
+        MetricKind::Partitions,
     ];
 
     /// The field name in `spec.metrics.queries`, also the `query` label of the operator's own
@@ -60,12 +64,29 @@ impl MetricKind {
             MetricKind::ArrivalRate => "arrivalRate",
             MetricKind::CompletionRate => "completionRate",
             MetricKind::FailureFloor => "failureFloor",
+            MetricKind::Partitions => "partitions",
         }
     }
 
-    /// The query for this kind: the object's override if it has one, else the default.
-    pub fn query(self, overrides: Option<&QueryOverrides>, rate_window: Duration) -> String {
-        let custom = overrides.and_then(|o| match self {
+    /// Whether the kind describes the queue (its samples may be as old as
+    /// `spec.queue.staleAfter`) rather than the workers.
+    pub fn is_queue(self) -> bool {
+        matches!(
+            self,
+            MetricKind::QueueAge
+                | MetricKind::QueueDepth
+                | MetricKind::ArrivalRate
+                | MetricKind::CompletionRate
+                | MetricKind::Partitions
+        )
+    }
+
+    /// The query for this kind: the object's (an override or a queue preset, as
+    /// [`backpressure_core::tenancy::scoped_queries`] left it) if it has one, else the default;
+    /// `None` for a kind without a default the object does not ask for.
+    pub fn query(self, queries: &FleetQueries, rate_window: Duration) -> Option<String> {
+        let o = &queries.queries;
+        let own = match self {
             MetricKind::Backoff => o.backoff.clone(),
             MetricKind::FailureRate => o.failure_rate.clone(),
             MetricKind::QueueAge => o.queue_age.clone(),
@@ -74,12 +95,14 @@ impl MetricKind {
             MetricKind::CompletionRate => o.completion_rate.clone(),
             // Not overridable: it is the worker library's own gauge.
             MetricKind::FailureFloor => None,
-        });
-        custom.unwrap_or_else(|| self.default_query(rate_window))
+            MetricKind::Partitions => return queries.partitions.clone(),
+        };
+        own.or_else(|| self.default_query(rate_window))
     }
 
-    /// The default query, built from the wire contract's metric names.
-    pub fn default_query(self, rate_window: Duration) -> String {
+    /// The default query, built from the wire contract's metric names; none for
+    /// [`MetricKind::Partitions`], which only a queue preset asks for.
+    pub fn default_query(self, rate_window: Duration) -> Option<String> {
         let w = format_duration(rate_window);
         let by = format!("by ({}, {})", m::LABEL_NAMESPACE, m::LABEL_WORKLOAD);
         let (value, underlying) = match self {
@@ -104,6 +127,7 @@ impl MetricKind {
                 format!("sum {by} (rate({}[{w}]))", m::QUEUE_COMPLETIONS_TOTAL),
                 m::QUEUE_COMPLETIONS_TOTAL,
             ),
+            MetricKind::Partitions => return None,
             MetricKind::FailureFloor => {
                 // `>= 0` drops the NaN of workers that do not know their floor yet.
                 (
@@ -112,9 +136,9 @@ impl MetricKind {
                 )
             }
         };
-        format!(
+        Some(format!(
             "({value}) or label_replace(max {by} (timestamp({underlying})), \"{SAMPLE_LABEL}\", \"{SAMPLE_TIMESTAMP}\", \"\", \"\")"
-        )
+        ))
     }
 }
 
@@ -222,11 +246,16 @@ mod tests {
     #[test]
     fn default_queries_use_the_wire_names_and_group_by_workload() {
         for kind in MetricKind::ALL {
-            let q = kind.default_query(Duration::from_secs(60));
+            let Some(q) = kind.default_query(Duration::from_secs(60)) else {
+                assert_eq!(kind, MetricKind::Partitions);
+                continue;
+            };
             assert!(q.contains("by (namespace, workload)"), "{q}");
             assert!(q.contains(SAMPLE_LABEL), "{q}");
         }
-        let q = MetricKind::FailureRate.default_query(Duration::from_secs(30));
+        let q = MetricKind::FailureRate
+            .default_query(Duration::from_secs(30))
+            .unwrap_or_default();
         assert!(
             q.contains("backpressure_outcomes_total{class=\"dependency_failure\"}[30s]"),
             "{q}"
@@ -235,18 +264,26 @@ mod tests {
 
     #[test]
     fn overrides_win() {
-        let o = QueryOverrides {
-            queue_age: Some("my_age".into()),
-            ..Default::default()
+        let o = FleetQueries {
+            queries: backpressure_api::v1alpha1::QueryOverrides {
+                queue_age: Some("my_age".into()),
+                ..Default::default()
+            },
+            partitions: None,
         };
         assert_eq!(
-            MetricKind::QueueAge.query(Some(&o), Duration::from_secs(60)),
-            "my_age"
+            MetricKind::QueueAge.query(&o, Duration::from_secs(60)),
+            Some("my_age".to_owned())
         );
         assert!(
             MetricKind::Backoff
-                .query(Some(&o), Duration::from_secs(60))
-                .contains("backpressure_backoff_factor")
+                .query(&o, Duration::from_secs(60))
+                .is_some_and(|q| q.contains("backpressure_backoff_factor"))
+        );
+        assert_eq!(
+            MetricKind::Partitions.query(&o, Duration::from_secs(60)),
+            None,
+            "no preset, no partitions query"
         );
     }
 

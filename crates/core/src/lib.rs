@@ -11,6 +11,7 @@
 //!   `/scale` `status.selector`, with one evaluator;
 //! - [`freshness`]: the sample timestamps every query returns beside its values, so that
 //!   `staleAfter` applies to all of them;
+//! - [`presets`]: the queue queries of `spec.queue`, on each queue system's standard exporter;
 //! - [`tenancy`]: what a tenant may reach through `spec.metrics` (its queries scoped to its
 //!   namespace, the Prometheus addresses it may name, credentials redacted from URLs).
 //!
@@ -21,6 +22,7 @@
 pub mod decide;
 pub mod freshness;
 pub mod guard;
+pub mod presets;
 pub mod producers;
 pub mod resolve;
 pub mod selector;

@@ -134,6 +134,9 @@ pub struct FleetMetrics {
     /// library's `SetPoint` docs). Unknown is read as 0: every failure is taken to respond to
     /// load, as before workers exported it.
     pub failure_floor: Option<f64>,
+    /// The most consumers that can work at once, as the queue's exporter counts them (Kafka:
+    /// the topic's partitions; `spec.queue.kafka.partitions` wins over it). Unknown: no cap.
+    pub partitions: Option<f64>,
 }
 
 impl FleetMetrics {
@@ -149,6 +152,11 @@ impl FleetMetrics {
             arrival_rate: ok(self.arrival_rate),
             completion_rate: ok(self.completion_rate),
             failure_floor: unit(self.failure_floor),
+            // A count of at least one; no consumer assigned (0) says nothing about the topic.
+            partitions: self
+                .partitions
+                .filter(|x| x.is_finite() && *x >= 1.0)
+                .map(f64::floor),
         }
     }
 

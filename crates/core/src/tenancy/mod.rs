@@ -6,9 +6,37 @@
 pub mod address;
 pub mod query;
 
-use backpressure_api::v1alpha1::QueryOverrides;
+use backpressure_api::v1alpha1::{QueryOverrides, QueueSystem};
 
 use crate::resolve::{EffectiveMetrics, FieldError};
+
+/// The queries an object runs, per metric kind: the text to send, or `None` for the default
+/// query of the wire contract (which returns its own sample timestamps).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetQueries {
+    /// Backoff, failure rate and the four queue kinds, by their `spec.metrics.queries` field.
+    pub queries: QueryOverrides,
+    /// The most consumers that can work at once (Kafka partitions), from a queue preset; no
+    /// default query.
+    pub partitions: Option<String>,
+}
+
+impl FleetQueries {
+    /// The slot of `kind` (its field name in `spec.metrics.queries`, or `partitions`).
+    fn slot(&mut self, kind: &str) -> Option<&mut Option<String>> {
+        let q = &mut self.queries;
+        Some(match kind {
+            "backoff" => &mut q.backoff,
+            "failureRate" => &mut q.failure_rate,
+            "queueAge" => &mut q.queue_age,
+            "queueDepth" => &mut q.queue_depth,
+            "arrivalRate" => &mut q.arrival_rate,
+            "completionRate" => &mut q.completion_rate,
+            "partitions" => &mut self.partitions,
+            _ => return None,
+        })
+    }
+}
 
 /// The queries to run for an object in `namespace` whose resolved metrics are `metrics`:
 ///
@@ -18,27 +46,59 @@ use crate::resolve::{EffectiveMetrics, FieldError};
 /// - an override from a policy's `defaults` is platform input and runs as written, like the
 ///   built-in default queries: it may read every namespace, and the object still picks only
 ///   the series labelled with its own namespace and workload;
-/// - every override then gets the timestamps of the series it reads
+/// - the queue queries of `spec.queue` ([`crate::presets`]), for the kinds no override sets,
+///   are built from the object's input and treated like its own overrides (scoped unless a
+///   policy allows cross-namespace queries);
+/// - every one of them then gets the timestamps of the series it reads
 ///   ([`crate::freshness::with_freshness`]), so that `staleAfter` applies to it as to the
 ///   default queries.
 ///
-/// Every override that cannot be scoped or dated is an error naming its field; one is enough
-/// for the object's metrics to be unavailable (nothing is read for it).
+/// Every query that cannot be scoped or dated is an error naming its field (`spec.queue.<system
+/// section>` for a preset's); one is enough for the object's metrics to be unavailable (nothing
+/// is read for it).
 pub fn scoped_queries(
     metrics: &EffectiveMetrics,
     namespace: &str,
-) -> Result<QueryOverrides, Vec<FieldError>> {
-    let mut out = metrics.queries.clone();
+) -> Result<FleetQueries, Vec<FieldError>> {
+    // (kind, text, field, tenant input)
+    let mut todo: Vec<(&str, String, String, bool)> = Vec::new();
+    let mut given = FleetQueries {
+        queries: metrics.queries.clone(),
+        partitions: None,
+    };
+    for (kind, source) in &metrics.query_sources {
+        if let Some(text) = given.slot(kind).and_then(Option::take) {
+            todo.push((kind, text, source.field.clone(), source.tenant));
+        }
+    }
+    let preset = crate::presets::preset_queries(
+        &metrics.queue,
+        namespace,
+        &metrics.workload,
+        metrics.rate_window,
+    );
+    if let Some(p) = preset {
+        let field = format!("spec.queue.{}", section(metrics.queue.system));
+        for (kind, text) in [
+            ("queueAge", p.queue_age),
+            ("queueDepth", p.queue_depth),
+            ("arrivalRate", p.arrival_rate),
+            ("completionRate", p.completion_rate),
+            ("partitions", p.partitions),
+        ] {
+            if let Some(text) = text
+                && !metrics.query_sources.contains_key(kind)
+            {
+                todo.push((kind, text, field.clone(), true));
+            }
+        }
+    }
+
+    let mut out = FleetQueries::default();
     let mut errors = Vec::new();
     let scoped = metrics.access.cross_namespace_by.is_none();
-    for (kind, source) in &metrics.query_sources {
-        let Some(slot) = query_slot(&mut out, kind) else {
-            continue;
-        };
-        let Some(text) = slot.take() else {
-            continue;
-        };
-        let tenant_scoped = scoped && source.tenant;
+    for (kind, text, field, tenant) in todo {
+        let tenant_scoped = scoped && tenant;
         let run = if tenant_scoped {
             query::scope_to_namespace(&text, namespace)
         } else {
@@ -53,9 +113,13 @@ pub fn scoped_queries(
             Ok(q)
         });
         match run {
-            Ok(q) => *slot = Some(q),
+            Ok(q) => {
+                if let Some(slot) = out.slot(kind) {
+                    *slot = Some(q);
+                }
+            }
             Err(e) => errors.push(FieldError {
-                field: source.field.clone(),
+                field,
                 message: format!("rejected: {e}"),
             }),
         }
@@ -67,17 +131,16 @@ pub fn scoped_queries(
     }
 }
 
-/// The override of `kind` (its field name in `spec.metrics.queries`).
-fn query_slot<'a>(q: &'a mut QueryOverrides, kind: &str) -> Option<&'a mut Option<String>> {
-    Some(match kind {
-        "backoff" => &mut q.backoff,
-        "failureRate" => &mut q.failure_rate,
-        "queueAge" => &mut q.queue_age,
-        "queueDepth" => &mut q.queue_depth,
-        "arrivalRate" => &mut q.arrival_rate,
-        "completionRate" => &mut q.completion_rate,
-        _ => return None,
-    })
+/// The section of `spec.queue` that names the queue in `system`.
+fn section(system: QueueSystem) -> &'static str {
+    match system {
+        QueueSystem::RedisStreams => "redisStreams",
+        QueueSystem::RabbitMQ => "rabbitMQ",
+        QueueSystem::SQS => "sqs",
+        QueueSystem::Kafka => "kafka",
+        QueueSystem::PubSub => "pubSub",
+        QueueSystem::Custom => "system",
+    }
 }
 
 #[cfg(test)]
@@ -137,22 +200,23 @@ mod tests {
             q[1..end].to_owned()
         };
         assert_eq!(
-            value(&q.queue_age),
+            value(&q.queries.queue_age),
             r#"max by (namespace, workload) ({__name__="age",namespace="a"})"#
         );
         assert!(
-            q.queue_age
+            q.queries
+                .queue_age
                 .as_deref()
                 .unwrap_or_default()
                 .contains(r#"timestamp({__name__="age",namespace="a"})"#),
             "the timestamps are read from the scoped selector: {:?}",
-            q.queue_age
+            q.queries.queue_age
         );
         assert_eq!(
-            value(&q.backoff),
+            value(&q.queries.backoff),
             r#"avg by (namespace, workload) ({__name__="b"})"#
         );
-        assert_eq!(q.failure_rate, None);
+        assert_eq!(q.queries.failure_rate, None);
 
         // A policy that allows cross-namespace queries: the object's run as written.
         let open = BackpressurePolicySpec {
@@ -173,7 +237,7 @@ mod tests {
         );
         let q = scoped_queries(&eff.metrics, "a").unwrap();
         assert_eq!(
-            value(&q.queue_age),
+            value(&q.queries.queue_age),
             r#"max by (namespace, workload) ({__name__="age",namespace="b"})"#
         );
     }
@@ -200,6 +264,77 @@ mod tests {
             errors[0].to_string().contains("reads no series"),
             "{}",
             errors[0]
+        );
+    }
+
+    #[test]
+    fn a_queue_preset_fills_the_queue_kinds_no_override_sets_scoped_and_dated() {
+        use backpressure_api::v1alpha1::{KafkaQueue, QueueSpec, QueueSystem};
+        let mut s = spec(QueryOverrides {
+            queue_depth: Some("sum by (namespace, workload) (my_depth)".into()),
+            ..Default::default()
+        });
+        s.queue = Some(QueueSpec {
+            system: QueueSystem::Kafka,
+            kafka: Some(KafkaQueue {
+                topic: "orders".into(),
+                consumer_group: "workers".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let eff = resolve(&s, &[], Timestamp::UNIX_EPOCH).unwrap();
+        let q = scoped_queries(&eff.metrics, "shop").unwrap();
+        let age = q.queries.queue_age.as_deref().unwrap_or_default();
+        assert!(
+            age.starts_with(r#"(label_replace(label_replace(max({__name__="kafka_consumergroup_group_lag_seconds","#),
+            "{age}"
+        );
+        assert!(
+            age.contains(r#"namespace="shop""#) && age.contains("bp_sample"),
+            "{age}"
+        );
+        // The object's own query wins for its kind; backoff and failure rate stay the defaults.
+        let depth = q.queries.queue_depth.as_deref().unwrap_or_default();
+        assert!(
+            depth.starts_with(
+                r#"(sum by (namespace, workload) ({__name__="my_depth",namespace="shop"}))"#
+            ),
+            "{depth}"
+        );
+        assert_eq!(
+            (q.queries.backoff.as_ref(), q.queries.failure_rate.as_ref()),
+            (None, None)
+        );
+        for kind in [
+            &q.queries.arrival_rate,
+            &q.queries.completion_rate,
+            &q.partitions,
+        ] {
+            let text = kind.as_deref().unwrap_or_default();
+            let e = promql_parser::parser::parse(text).unwrap();
+            assert!(query::is_scoped_to(&e, "shop"), "{text}");
+        }
+
+        // A policy that allows cross-namespace queries: the preset reads the exporter where
+        // it runs (another namespace), still dated.
+        let open = BackpressurePolicySpec {
+            metrics_access: Some(MetricsAccess {
+                allow_cross_namespace_queries: Some(true),
+                prometheus_addresses: None,
+            }),
+            ..Default::default()
+        };
+        let policies = [PolicyInput {
+            name: "open",
+            spec: &open,
+        }];
+        let eff = resolve(&s, &policies, Timestamp::UNIX_EPOCH).unwrap();
+        let q = scoped_queries(&eff.metrics, "shop").unwrap();
+        let age = q.queries.queue_age.as_deref().unwrap_or_default();
+        assert!(
+            !age.contains(r#"namespace="shop","#) && age.contains("bp_sample"),
+            "{age}"
         );
     }
 }
