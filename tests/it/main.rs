@@ -7,8 +7,7 @@
 //! duration, since the operator watches every namespace and several tests read cluster-wide
 //! state (the audit log, the leader Lease) or restart the API server. Tests that need no server
 //! (the kstatus and Argo CD health table, promtool, the queue presets on promtool, the proptest
-//! of `resolve`) run in parallel
-//! with them.
+//! of `resolve`) run in parallel with them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
