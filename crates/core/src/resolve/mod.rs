@@ -16,7 +16,9 @@
 //! and `allowedModes` (the
 //! intersection of all policies' lists) replaces a mode that is not allowed by `DryRun`, else
 //! `Active`, else `Guard`. Each such change is recorded in [`Effective::overrides`] as field
-//! path → description, for `status.overrides`.
+//! path → description, for `status.overrides`. `allowedQueueSystems` cannot replace a queue (the
+//! queue is where the workers read): an object whose `spec.queue.system` (`Custom` without one)
+//! a policy does not list is an error naming the policy.
 //!
 //! Any matching policy with `dryRun: true` puts the object in DryRun. The emergency brake is the
 //! largest `minBackoff` of the matching policies whose brake has not expired at `now`.
@@ -29,8 +31,8 @@
 //! # Layout
 //!
 //! This file holds the types and [`resolve`], which calls one function per section in
-//! `sections.rs` (worker, metrics, scaling, mode, brake), each picking its fields through the
-//! precedence layers of `resolver.rs`; `limits.rs` applies the policies' limits (and
+//! `sections.rs` (worker, metrics with `queue.rs` for `spec.queue`, scaling, mode, brake), each
+//! picking its fields through the precedence layers of `resolver.rs`; `limits.rs` applies the policies' limits (and
 //! [`check_stages`]); `worker_config.rs` renders the wire payload ([`render_worker_config`]).
 
 mod limits;
