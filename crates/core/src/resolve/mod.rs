@@ -32,8 +32,8 @@
 //!
 //! This file holds the types and [`resolve`], which calls one function per section in
 //! `sections.rs` (worker, metrics with `queue.rs` for `spec.queue`, scaling, mode, brake), each
-//! picking its fields through the precedence layers of `resolver.rs`; `limits.rs` applies the policies' limits (and
-//! [`check_stages`]); `worker_config.rs` renders the wire payload ([`render_worker_config`]).
+//! picking its fields through the precedence layers of `resolver.rs`; `limits.rs` applies the
+//! policies' limits (and [`check_stages`]); `worker_config.rs` renders the wire payload ([`render_worker_config`]).
 
 mod limits;
 mod producers;
