@@ -418,3 +418,249 @@ fn a_wrong_preset_expectation_fails_the_promtool_check() {
     assert!(!status.success(), "promtool accepted a wrong value");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A real `redis-server` (Debian's) on a free loopback port, without persistence.
+struct Redis {
+    port: u16,
+    _process: backpressure_envtest::process::Supervised,
+}
+
+impl Redis {
+    fn start(dir: &std::path::Path) -> Redis {
+        let port = backpressure_envtest::process::free_port().unwrap();
+        let args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &dir.display().to_string(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let process = backpressure_envtest::process::Supervised::spawn(
+            "redis-server",
+            std::path::Path::new("/usr/bin/redis-server"),
+            &args,
+            &dir.join("redis.log"),
+        )
+        .unwrap();
+        assert!(
+            backpressure_envtest::process::wait_for_port(port, std::time::Duration::from_secs(20)),
+            "redis-server did not listen:\n{}",
+            process.log_tail(20)
+        );
+        Redis {
+            port,
+            _process: process,
+        }
+    }
+
+    /// Runs a command with `redis-cli` (Debian's redis-tools) and returns its output.
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// redis_exporter (built from the Go module proxy by tools/k8s/build.sh) for stream `orders`.
+fn redis_exporter(
+    redis: &Redis,
+    port: u16,
+    dir: &std::path::Path,
+) -> backpressure_envtest::process::Supervised {
+    let binary = backpressure_envtest::bin_dir()
+        .unwrap()
+        .join("redis_exporter");
+    assert!(
+        binary.is_file(),
+        "{} is missing: run `make k8s-bins` (tools/k8s/build.sh builds it)",
+        binary.display()
+    );
+    let args = vec![
+        format!("--redis.addr=redis://127.0.0.1:{}", redis.port),
+        format!("--web.listen-address=127.0.0.1:{port}"),
+        "--check-single-streams=db0=orders".to_owned(),
+    ];
+    let p = backpressure_envtest::process::Supervised::spawn(
+        "redis_exporter",
+        &binary,
+        &args,
+        &dir.join(format!(
+            "redis_exporter-{}.log",
+            backpressure_envtest::unique()
+        )),
+    )
+    .unwrap();
+    assert!(
+        backpressure_envtest::process::wait_for_port(port, std::time::Duration::from_secs(20)),
+        "redis_exporter did not listen:\n{}",
+        p.log_tail(20)
+    );
+    p
+}
+
+/// The Redis Streams preset end to end: a real redis-server with stream `orders` and consumer
+/// group `workers`, a real redis_exporter, a real Prometheus scraping it (and the workers'
+/// backoff from the fake fleet), and the operator reading the queue only through
+/// `spec.queue`. Entries arrive faster than the group consumes them: the object reports the
+/// group's lag as depth and the age of the waiting entries, and scales the target out. The
+/// exporter goes away: the queue's series go stale (Prometheus marks a failed target's series
+/// stale), the object reports MetricsUnavailable and keeps its replicas; the exporter is back:
+/// metrics again.
+#[tokio::test]
+async fn redis_streams_preset_sizes_the_target_from_a_real_stream() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use backpressure_api::conditions as cond;
+    use backpressure_api::v1alpha1::Regime;
+
+    use crate::common::fleet::steady;
+    use crate::common::scene::{condition, has_condition};
+    use crate::common::serial;
+    use crate::common::world::World;
+
+    let _serial = serial().await;
+    let mut w = World::builder("redispreset").replicas(2).start().await;
+    w.fleet.set(steady);
+    let dir = std::env::temp_dir().join(format!(
+        "bp-redis-preset-{}",
+        backpressure_envtest::unique()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let redis = Arc::new(Redis::start(&dir));
+    redis.cli(&["XGROUP", "CREATE", "orders", "workers", "$", "MKSTREAM"]);
+    let exporter_port = backpressure_envtest::process::free_port().unwrap();
+    let mut exporter = redis_exporter(&redis, exporter_port, &dir);
+    let exporter_target = backpressure_envtest::ScrapeTarget {
+        address: format!("127.0.0.1:{exporter_port}"),
+        labels: std::collections::BTreeMap::from([("namespace".to_owned(), w.scene.ns.clone())]),
+    };
+    w.prom
+        .set_targets(&[w.fleet.target(), exporter_target])
+        .unwrap();
+
+    // 5 entries a second arrive, the group reads and acknowledges 2.
+    let running = Arc::new(AtomicBool::new(true));
+    let traffic = {
+        let (redis, running) = (redis.clone(), running.clone());
+        std::thread::spawn(move || {
+            while running.load(Ordering::Relaxed) {
+                redis.cli(&[
+                    "EVAL",
+                    "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', 'orders', '*', 'body', 'x') end return 0",
+                    "0",
+                    "5",
+                ]);
+                redis.cli(&[
+                    "EVAL",
+                    "local r = redis.call('XREADGROUP', 'GROUP', 'workers', 'c1', 'COUNT', ARGV[1], 'STREAMS', 'orders', '>') \
+                     if r then for _, e in ipairs(r[1][2]) do redis.call('XACK', 'orders', 'workers', e[1]) end end return 0",
+                    "0",
+                    "2",
+                ]);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let started = Instant::now();
+    w.prom
+        .wait_for_series("redis_stream_group_lag", Duration::from_secs(30))
+        .unwrap();
+
+    w.apply(json!({
+        "queue": {"system": "RedisStreams", "redisStreams": {"stream": "orders", "consumerGroup": "workers"}},
+    }))
+    .await;
+    w.start_operator().await;
+
+    // The queue as Redis has it, through the preset: depth is the group's lag, the age grows
+    // with the oldest waiting entry, and the target is scaled out for it.
+    let s = w
+        .wait_status(
+            Duration::from_secs(90),
+            "scaled out for the stream's backlog",
+            |s| {
+                s.regime == Some(Regime::Backlogged)
+                    && s.replicas.as_ref().is_some_and(|r| r.desired > 2)
+            },
+        )
+        .await;
+    let fleet = s.fleet.clone().unwrap_or_default();
+    let lag: f64 = redis
+        .cli(&["XINFO", "GROUPS", "orders"])
+        .lines()
+        .skip_while(|l| l.trim() != "lag")
+        .nth(1)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    let depth = fleet.queue_depth.unwrap();
+    assert!(
+        depth > 10.0 && (depth - lag).abs() <= 0.5 * lag,
+        "depth {depth} should be the group's lag ({lag} now)"
+    );
+    let age = fleet.queue_age.unwrap();
+    assert!(
+        age > 10.0 && age <= started.elapsed().as_secs_f64() + 2.0,
+        "age {age}: the oldest waiting entry is older than the target and younger than the test ({:?})",
+        started.elapsed()
+    );
+    let arrival = fleet.arrival_rate.unwrap();
+    let completion = fleet.completion_rate.unwrap();
+    assert!(
+        (3.0..=8.0).contains(&arrival),
+        "arrivals {arrival}/s, 5/s added"
+    );
+    assert!(
+        (1.0..=3.5).contains(&completion),
+        "completions {completion}/s, 2/s acked"
+    );
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert_eq!(c.status, "True", "{}", c.message);
+
+    // The exporter goes away: its series are stale, the queue is unknown.
+    exporter.stop();
+    let s = w
+        .wait_status(
+            Duration::from_secs(40),
+            "MetricsUnavailable without the exporter",
+            |s| {
+                s.regime == Some(Regime::MetricsUnavailable)
+                    && has_condition(s, cond::METRICS_AVAILABLE, "False")
+            },
+        )
+        .await;
+    let held = w.scene.replicas("w").await;
+    for _ in 0..8 {
+        assert_eq!(
+            w.scene.replicas("w").await,
+            held,
+            "replicas changed without queue metrics"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert!(c.message.contains("queue"), "{}", c.message);
+
+    let _exporter = redis_exporter(&redis, exporter_port, &dir);
+    w.wait_status(Duration::from_secs(40), "queue metrics again", |s| {
+        has_condition(s, cond::METRICS_AVAILABLE, "True")
+            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
+    })
+    .await;
+    running.store(false, Ordering::Relaxed);
+    traffic.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
