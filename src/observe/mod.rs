@@ -10,11 +10,10 @@ pub mod target;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backpressure_api::v1alpha1::QueryOverrides;
-
 use crate::observe::prometheus::{MetricsHub, QueryError};
 use crate::observe::promql::{MetricKind, Sample};
 use backpressure_core::resolve::{EffectiveMetrics, FieldError};
+use backpressure_core::tenancy::FleetQueries;
 
 pub use backpressure_core::decide::FleetMetrics;
 
@@ -70,23 +69,26 @@ pub enum MetricsError {
 }
 
 /// Reads the fleet metrics of `namespace`/`metrics.workload` from the shared hub at `now_unix`,
-/// with `queries` (the overrides as [`backpressure_core::tenancy::scoped_queries`] left them).
-/// A failed query fails the whole read (the fallback applies); NaN, missing and stale values
-/// are `None`.
+/// with `queries` (the overrides and queue presets as
+/// [`backpressure_core::tenancy::scoped_queries`] left them). A failed query fails the whole
+/// read (the fallback applies), but for the optional failure floor and partition count; NaN,
+/// missing and stale values are `None` (the queue kinds are stale after
+/// `metrics.queue.stale_after`, the others after `metrics.stale_after`).
 pub async fn read_fleet(
     hub: &MetricsHub,
     target: &access::Target,
     namespace: &str,
     metrics: &EffectiveMetrics,
-    queries: &QueryOverrides,
+    queries: &FleetQueries,
     now_unix: f64,
     max_age: Duration,
 ) -> Result<FleetMetrics, MetricsError> {
     let key = (namespace.to_owned(), metrics.workload.clone());
     let mut out = FleetMetrics::default();
-    let queries = MetricKind::ALL.map(|kind| {
-        let q = kind.query(Some(queries), metrics.rate_window);
-        async move {
+    let queries = MetricKind::ALL
+        .into_iter()
+        .filter_map(|kind| Some((kind, kind.query(queries, metrics.rate_window)?)))
+        .map(|(kind, q)| async move {
             let r: Result<Arc<_>, QueryError> = hub
                 .get(
                     kind,
@@ -98,18 +100,23 @@ pub async fn read_fleet(
                 )
                 .await;
             (kind, r)
-        }
-    });
+        });
     for (kind, result) in futures::future::join_all(queries).await {
-        // The failure floor is optional (older workers do not export it): a failed query
-        // reads as no floor rather than failing the observation.
+        // The failure floor is optional (older workers do not export it), and so is the
+        // partition count (no cap while it is unknown): a failed query reads as unknown rather
+        // than failing the observation.
         let batch = match (kind, result) {
-            (MetricKind::FailureFloor, Err(_)) => continue,
+            (MetricKind::FailureFloor | MetricKind::Partitions, Err(_)) => continue,
             (_, r) => r?,
+        };
+        let stale_after = if kind.is_queue() {
+            metrics.queue.stale_after
+        } else {
+            metrics.stale_after
         };
         let value = batch
             .get(&key)
-            .and_then(|s: &Sample| s.fresh_value(now_unix, metrics.stale_after));
+            .and_then(|s: &Sample| s.fresh_value(now_unix, stale_after));
         match kind {
             MetricKind::Backoff => out.backoff = value,
             MetricKind::FailureRate => out.failure_rate = value,
@@ -118,6 +125,7 @@ pub async fn read_fleet(
             MetricKind::ArrivalRate => out.arrival_rate = value,
             MetricKind::CompletionRate => out.completion_rate = value,
             MetricKind::FailureFloor => out.failure_floor = value,
+            MetricKind::Partitions => out.partitions = value,
         }
     }
     Ok(out)

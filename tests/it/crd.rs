@@ -490,3 +490,142 @@ async fn producer_watermarks_are_validated_naming_the_field() {
         "{err:?}"
     );
 }
+
+/// `spec.queue`: a system without its section, a section of another system, names a preset
+/// cannot read, and out-of-range values are rejected at admission naming the field; a complete
+/// section of every system is accepted, and a policy may default the exporter's scrape.
+#[tokio::test]
+async fn queue_presets_are_validated_naming_the_field() {
+    let _serial = serial().await;
+    let env = TestEnv::shared();
+    let client = env.client().unwrap();
+    install_crds(&client).await;
+    let ns = env.namespace("queue-crd").await.unwrap();
+    let ar = kube::discovery::ApiResource::erase::<WorkerBackpressure>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    let with = |name: &str, queue: Value| -> DynamicObject {
+        serde_json::from_value(object(name, |v| v["spec"]["queue"] = queue)).unwrap()
+    };
+    let kafka = json!({"topic": "orders", "consumerGroup": "workers"});
+    let cases = [
+        ("no-section", json!({"system": "Kafka"}), "spec.queue.kafka"),
+        (
+            "other-section",
+            json!({"system": "Custom", "redisStreams": {"stream": "s", "consumerGroup": "g"}}),
+            "spec.queue.redisStreams",
+        ),
+        (
+            "two-sections",
+            json!({"system": "Kafka", "kafka": kafka, "sqs": {"queue": "orders"}}),
+            "spec.queue.sqs",
+        ),
+        (
+            "unknown-system",
+            json!({"system": "Nats"}),
+            "spec.queue.system",
+        ),
+        (
+            "sqs-name",
+            json!({"system": "SQS", "sqs": {"queue": "orders\"} or x{a=\""}}),
+            "spec.queue.sqs.queue",
+        ),
+        (
+            "sqs-period",
+            json!({"system": "SQS", "sqs": {"queue": "orders", "period": "10s"}}),
+            "spec.queue.sqs.period",
+        ),
+        (
+            "kafka-topic",
+            json!({"system": "Kafka", "kafka": {"topic": "a b", "consumerGroup": "g"}}),
+            "spec.queue.kafka.topic",
+        ),
+        (
+            "kafka-partitions",
+            json!({"system": "Kafka", "kafka": {"topic": "t", "consumerGroup": "g", "partitions": 0}}),
+            "spec.queue.kafka.partitions",
+        ),
+        (
+            "redis-control",
+            json!({"system": "RedisStreams", "redisStreams": {"stream": "a\nb", "consumerGroup": "g"}}),
+            "spec.queue.redisStreams.stream",
+        ),
+        (
+            "rabbit-empty",
+            json!({"system": "RabbitMQ", "rabbitMQ": {"queue": ""}}),
+            "spec.queue.rabbitMQ.queue",
+        ),
+        (
+            "pubsub-project",
+            json!({"system": "PubSub", "pubSub": {"subscription": "orders-sub", "project": "X"}}),
+            "spec.queue.pubSub.project",
+        ),
+        (
+            "stale-zero",
+            json!({"system": "Kafka", "kafka": kafka, "staleAfter": "0s"}),
+            "spec.queue.staleAfter",
+        ),
+        (
+            "job-control",
+            json!({"system": "Kafka", "kafka": kafka, "exporter": {"job": "a\u{7}"}}),
+            "spec.queue.exporter.job",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, queue, field) in cases {
+        match api.create(&PostParams::default(), &with(name, queue)).await {
+            Ok(_) => failures.push(format!("{name}: accepted, expected {field}")),
+            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(field) => {}
+            Err(e) => failures.push(format!("{name}: {e} does not name {field}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for (name, queue) in [
+        (
+            "redis",
+            json!({"system": "RedisStreams", "redisStreams": {"stream": "orders", "consumerGroup": "workers", "db": 2}}),
+        ),
+        (
+            "rabbit",
+            json!({"system": "RabbitMQ", "rabbitMQ": {"queue": "orders", "vhost": "/shop"}}),
+        ),
+        (
+            "sqs",
+            json!({"system": "SQS", "sqs": {"queue": "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", "exporter": "CloudWatchExporter", "period": "5m"}}),
+        ),
+        (
+            "kafka",
+            json!({"system": "Kafka", "kafka": {"topic": "orders.v1", "consumerGroup": "workers", "exporter": "KMinion", "partitions": 12}, "exporter": {"job": "kminion"}, "staleAfter": "2m"}),
+        ),
+        (
+            "pubsub",
+            json!({"system": "PubSub", "pubSub": {"subscription": "projects/shop-prod/subscriptions/orders-workers"}}),
+        ),
+        ("custom", json!({"system": "Custom"})),
+    ] {
+        if let Err(e) = api.create(&PostParams::default(), &with(name, queue)).await {
+            failures.push(format!("{name}: rejected: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    let par = kube::discovery::ApiResource::erase::<BackpressurePolicy>(&());
+    let policies: Api<DynamicObject> = Api::all_with(client.clone(), &par);
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "backpressure.dev/v1alpha1",
+        "kind": "BackpressurePolicy",
+        "metadata": {"name": "queue-defaults"},
+        "spec": {
+            "defaults": {"queue": {"exporter": {"job": "yace"}, "staleAfter": "5m"}},
+            "limits": {"allowedQueueSystems": ["SQS", "Custom"]},
+        },
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    policies
+        .delete("queue-defaults", &Default::default())
+        .await
+        .unwrap();
+}

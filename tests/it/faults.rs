@@ -567,3 +567,107 @@ async fn pods_that_refuse_or_hang_are_retried_with_backoff_and_block_nobody() {
     let s = a.status("w").await;
     assert_eq!(s.config.as_ref().map(|c| c.pods_in_sync), Some(1), "{s:?}");
 }
+
+/// An exporter of one gauge, `custom_fleet_backoff{workload="w"} 0`, every sample with an
+/// explicit timestamp (now): Prometheus leaves such series out of its staleness tracking, so
+/// once the exporter is no longer scraped it keeps answering with the last sample until its
+/// lookback window (5 minutes) ends. Returns the scrape target.
+fn timestamped_exporter(namespace: &str) -> backpressure_envtest::ScrapeTarget {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 2048];
+            let _ = conn.read(&mut buf);
+            let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+            let body = format!(
+                "# TYPE custom_fleet_backoff gauge\ncustom_fleet_backoff{{workload=\"w\"}} 0 {now_ms}\n"
+            );
+            let _ = write!(
+                conn,
+                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    backpressure_envtest::ScrapeTarget {
+        address,
+        labels: std::collections::BTreeMap::from([("namespace".to_owned(), namespace.to_owned())]),
+    }
+}
+
+/// `staleAfter` applies to a query override as to the default queries: the object reads its
+/// fleet backoff from a custom exporter's series (`spec.metrics.queries.backoff`); the
+/// exporter stops being scraped, Prometheus goes on answering with its last sample (explicit
+/// timestamps, no staleness marker), and after `staleAfter` (10 s) the object reports
+/// MetricsUnavailable, keeps its replicas, and recovers once the exporter is scraped again.
+///
+/// Protection: `backpressure_core::freshness::with_freshness` (the override returns the
+/// timestamps of the series it reads) and the fold in `observe::promql`.
+#[tokio::test]
+async fn a_custom_query_whose_series_stops_being_scraped_is_stale_after_stale_after() {
+    let _serial = serial().await;
+    let mut w = World::builder("customstale").replicas(3).start().await;
+    w.fleet.set(steady);
+    let custom = timestamped_exporter(&w.scene.ns);
+    w.prom
+        .set_targets(&[w.fleet.target(), custom.clone()])
+        .unwrap();
+    let query = "avg by (namespace, workload) (custom_fleet_backoff)";
+    w.prom
+        .wait_for_series(query, Duration::from_secs(30))
+        .unwrap();
+    w.apply(json!({"metrics": {"queries": {"backoff": query}}}))
+        .await;
+    w.start_operator().await;
+    let available = |s: &WorkerBackpressureStatus| {
+        has_condition(s, cond::METRICS_AVAILABLE, "True")
+            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
+    };
+    w.wait_status(Duration::from_secs(60), "metrics available", available)
+        .await;
+
+    // The exporter is no longer scraped; the worker library's series stay fresh.
+    w.prom.set_targets(&[w.fleet.target()]).unwrap();
+    let dropped = Instant::now();
+    let s = w
+        .wait_status(
+            Duration::from_secs(40),
+            "MetricsUnavailable once the custom series is stale",
+            |s| s.regime == Some(Regime::MetricsUnavailable),
+        )
+        .await;
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert!(
+        c.message.contains("fleet backoff"),
+        "the stale backoff is unknown: {}",
+        c.message
+    );
+    assert!(
+        dropped.elapsed() >= Duration::from_secs(8),
+        "unavailable after {:?}, before staleAfter (10 s) could have passed: something else \
+         than staleness made it so",
+        dropped.elapsed()
+    );
+    let still_there = w.prom.query(query).unwrap();
+    assert!(
+        still_there["data"]["result"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty()),
+        "Prometheus should still return the stale sample: {still_there}"
+    );
+    for _ in 0..8 {
+        assert_eq!(w.scene.replicas("w").await, 3, "stale: replicas changed");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    w.prom.set_targets(&[w.fleet.target(), custom]).unwrap();
+    w.wait_status(
+        Duration::from_secs(40),
+        "recovery once the custom series is scraped again",
+        available,
+    )
+    .await;
+    assert_eq!(w.scene.replicas("w").await, 3);
+}

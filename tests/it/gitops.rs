@@ -72,6 +72,7 @@ fn healthy_fleet() -> FleetMetrics {
         arrival_rate: Some(100.0),
         completion_rate: Some(20.0),
         failure_floor: None,
+        partitions: None,
     }
 }
 

@@ -517,7 +517,8 @@ async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy
         &name,
         json!({"namespaceSelector": {"matchLabels": {"bp-fleet": fleet}},
                "limits": {"maxReplicas": 8, "maxSetPoint": 0.1, "maxScaleUpPods": 3,
-                          "requiredRampStages": [50, 100], "allowedModes": ["Active", "DryRun"]}}),
+                          "requiredRampStages": [50, 100], "allowedModes": ["Active", "DryRun"],
+                          "allowedQueueSystems": ["RedisStreams", "Custom"]}}),
     )
     .await;
 
@@ -564,6 +565,10 @@ async fn admission_rejects_out_of_bounds_objects_naming_the_field_and_the_policy
         (
             json!({"mode": "Guard", "guard": {"kind": "HorizontalPodAutoscaler", "name": "h"}}),
             "spec.mode: Guard is not one of Active, DryRun",
+        ),
+        (
+            json!({"queue": {"system": "Kafka", "kafka": {"topic": "t", "consumerGroup": "g"}}}),
+            "spec.queue.system: Kafka is not one of RedisStreams, Custom",
         ),
     ];
     for (spec, want) in cases {

@@ -12,6 +12,8 @@
 #   tools/k8s/helm/go.mod        helm.sh/helm/v3 (Debian has no helm)
 #   tools/k8s/prometheus/go.mod  github.com/prometheus/prometheus (Debian's lacks kubernetes_sd)
 #   tools/k8s/keda/go.mod        github.com/kedacore/keda/v2 (operator + metrics adapter + CRDs)
+#   tools/k8s/redis-exporter/go.mod  github.com/oliver006/redis_exporter (the Redis Streams
+#                                queue preset's integration test; about 10 s cold)
 #
 # KEDA is built only with BP_KEDA=1 (or `tools/k8s/build.sh keda`): the lab and the tests that
 # compare against it ask for it; the other tests do not pay its ~15 CPU-minutes cold.
@@ -26,6 +28,7 @@ etcd_version=$(version_of go.etcd.io/etcd/server/v3 "$here/go.mod")
 helm_version=$(version_of helm.sh/helm/v3 "$here/helm/go.mod")
 prom_version=$(version_of github.com/prometheus/prometheus "$here/prometheus/go.mod")
 keda_version=$(version_of github.com/kedacore/keda/v2 "$here/keda/go.mod")
+rexp_version=$(version_of github.com/oliver006/redis_exporter "$here/redis-exporter/go.mod")
 cache=${BP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/backpressure-operator}
 
 k8s_key="k8s-${k8s_version}_etcd-${etcd_version}_helm-${helm_version}"
@@ -34,6 +37,8 @@ k8s_out="$cache/$k8s_key/bin"
 prom_out="$cache/$prom_key/bin"
 keda_key="keda-${keda_version}"
 keda_out="$cache/$keda_key/bin"
+rexp_key="redis_exporter-${rexp_version}"
+rexp_out="$cache/$rexp_key/bin"
 want_keda=${BP_KEDA:-0}
 [ "${1:-}" = keda ] && want_keda=1
 all_out="$cache/bin-${k8s_key}_${prom_key}"
@@ -127,8 +132,27 @@ build_keda() {
   echo "k8s-bins: $keda_key built in $(( $(date +%s) - start ))s" >&2
 }
 
+build_redis_exporter() {
+  have "$rexp_out" redis_exporter && return 0
+  need_go "redis_exporter"
+  local tmp="$cache/$rexp_key/tmp.$$" start
+  mkdir -p "$tmp"
+  start=$(date +%s)
+  echo "k8s-bins: building $rexp_key" >&2
+  (
+    cd "$here/redis-exporter"
+    go build -trimpath -ldflags "-s -w -X main.BuildVersion=v$rexp_version" \
+      -o "$tmp/redis_exporter" github.com/oliver006/redis_exporter
+  )
+  mkdir -p "$rexp_out"
+  mv "$tmp/redis_exporter" "$rexp_out/redis_exporter"
+  rm -rf "$tmp"
+  echo "k8s-bins: $rexp_key built in $(( $(date +%s) - start ))s" >&2
+}
+
 build_k8s
 build_prometheus
+build_redis_exporter
 [ "$want_keda" = 1 ] && build_keda
 
 # One directory with every binary (symlinks into the keyed component directories).
@@ -137,10 +161,11 @@ if ! have "$all_out" kube-apiserver kube-controller-manager kubectl etcd helm pr
   for b in kube-apiserver kube-controller-manager kubectl etcd helm; do ln -sfn "$k8s_out/$b" "$all_out/$b"; done
   ln -sfn "$prom_out/prometheus" "$all_out/prometheus"
 fi
+have "$all_out" redis_exporter || ln -sfn "$rexp_out/redis_exporter" "$all_out/redis_exporter"
 if [ "$want_keda" = 1 ] && ! have "$all_out" keda-operator keda-adapter; then
   ln -sfn "$keda_out/keda-operator" "$all_out/keda-operator"
   ln -sfn "$keda_out/keda-adapter" "$all_out/keda-adapter"
   ln -sfn "$keda_out/crds" "$all_out/keda-crds"
 fi
-echo "k8s-bins: up to date ($k8s_key, $prom_key)" >&2
+echo "k8s-bins: up to date ($k8s_key, $prom_key, $rexp_key)" >&2
 echo "$all_out"

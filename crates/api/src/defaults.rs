@@ -50,6 +50,13 @@ pub const fn reaction(max_permits: u32) -> u32 {
 pub const RATE_WINDOW: Duration = Duration::from_secs(60);
 /// Default staleness bound for samples.
 pub const STALE_AFTER: Duration = Duration::from_secs(60);
+/// Default staleness bound of the Pub/Sub preset's samples (Cloud Monitoring delivers them
+/// minutes late, with their own timestamps).
+pub const PUBSUB_STALE_AFTER: Duration = Duration::from_secs(300);
+/// Default CloudWatch period of the SQS preset's sums.
+pub const SQS_PERIOD: Duration = Duration::from_secs(60);
+/// Shortest `rate()` window of the Pub/Sub preset (Cloud Monitoring samples once a minute).
+pub const PUBSUB_MIN_RATE_WINDOW: Duration = Duration::from_secs(300);
 /// Default Prometheus query timeout.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 

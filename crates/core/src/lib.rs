@@ -9,6 +9,9 @@
 //! - [`guard`]: the clamp Guard mode puts on the guarded autoscaler after a decision;
 //! - [`selector`]: label selectors, structured (`namespaceSelector`) or in the string form of
 //!   `/scale` `status.selector`, with one evaluator;
+//! - [`freshness`]: the sample timestamps every query returns beside its values, so that
+//!   `staleAfter` applies to all of them;
+//! - [`presets`]: the queue queries of `spec.queue`, on each queue system's standard exporter;
 //! - [`tenancy`]: what a tenant may reach through `spec.metrics` (its queries scoped to its
 //!   namespace, the Prometheus addresses it may name, credentials redacted from URLs).
 //!
@@ -17,7 +20,9 @@
 //! Kubernetes client nor an async runtime (`cargo tree -p backpressure-core` shows it).
 
 pub mod decide;
+pub mod freshness;
 pub mod guard;
+pub mod presets;
 pub mod producers;
 pub mod resolve;
 pub mod selector;

@@ -26,8 +26,8 @@ use crate::common::tenant::Tenant;
 use crate::common::world::{W, World};
 
 /// A listener the test controls, standing for a server the tenant runs: it records every
-/// request head it receives and answers queries with one fresh sample per workload it knows
-/// (so a request that carried credentials would have "worked").
+/// request head it receives and answers queries with one fresh sample per workload it knows,
+/// dated now (so a request that carried credentials would have "worked").
 #[derive(Clone)]
 struct Listener {
     heads: Arc<Mutex<Vec<String>>>,
@@ -83,9 +83,15 @@ impl Listener {
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
+        // Each value with the timestamp series that dates it (a value without one is unknown).
         let result: Vec<Value> = workloads
             .iter()
-            .map(|(ns, wl)| json!({"metric": {m::LABEL_NAMESPACE: ns, m::LABEL_WORKLOAD: wl}, "value": [t, "1"]}))
+            .flat_map(|(ns, wl)| {
+                [
+                    json!({"metric": {m::LABEL_NAMESPACE: ns, m::LABEL_WORKLOAD: wl}, "value": [t, "1"]}),
+                    json!({"metric": {m::LABEL_NAMESPACE: ns, m::LABEL_WORKLOAD: wl, "bp_sample": "timestamp"}, "value": [t, t.to_string()]}),
+                ]
+            })
             .collect();
         let body = json!({"status": "success", "data": {"resultType": "vector", "result": result}})
             .to_string();

@@ -7,10 +7,12 @@
 //! change a default for the whole fleet without touching every object.
 
 mod policy;
+mod queue;
 mod spec;
 mod status;
 
 pub use policy::*;
+pub use queue::*;
 pub use spec::*;
 pub use status::*;
 

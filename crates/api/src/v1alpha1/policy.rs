@@ -4,7 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, T
 use kube_derive::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::{MetricsSpec, Mode, ProducersSpec, ScalingSpec, WorkerSpec};
+use super::{
+    MetricsSpec, Mode, ProducersSpec, QueueDefaults, QueueSystem, ScalingSpec, WorkerSpec,
+};
 
 /// Fleet-wide defaults and guardrails for the WorkerBackpressure objects in the namespaces it
 /// selects. Precedence: the object's own value, then policies by descending priority (ties by
@@ -136,6 +138,10 @@ pub struct PolicyDefaults {
     /// producers in `spec.producers.targetRef`; a policy never names producers itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub producers: Option<ProducersSpec>,
+    /// Default `spec.queue` fields: the exporter's scrape labels and `staleAfter`; a policy
+    /// never names a queue itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueDefaults>,
 }
 
 /// Limits a policy enforces.
@@ -164,6 +170,12 @@ pub struct PolicyLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 3))]
     pub allowed_modes: Option<Vec<Mode>>,
+    /// Queue systems (`spec.queue.system`, `Custom` without `spec.queue`) matched objects may
+    /// read, for example those whose exporters the platform runs. An object reading another is
+    /// invalid (`InvalidSpec` names the policy). Empty allows all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 6))]
+    pub allowed_queue_systems: Option<Vec<QueueSystem>>,
 }
 
 /// The emergency brake.

@@ -4,7 +4,7 @@ use kube_derive::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::WorkerBackpressureStatus;
+use super::{QueueSpec, WorkerBackpressureStatus};
 use crate::duration::Duration;
 
 /// Backpressure-aware autoscaling for one queue worker workload.
@@ -124,6 +124,13 @@ pub struct WorkerBackpressureSpec {
     /// Where fleet backoff and queue metrics come from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MetricsSpec>,
+
+    /// The queue the workers consume, when it is read from its system's standard exporter
+    /// (Redis Streams, RabbitMQ, SQS, Kafka, Pub/Sub) instead of the worker library's own
+    /// `backpressure_queue_*` series: the operator then builds the queue queries
+    /// (docs/queues.md). Absent: `Custom`, the worker library's series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueSpec>,
 
     /// How replicas are chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]

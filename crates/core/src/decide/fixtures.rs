@@ -97,6 +97,8 @@ pub struct World {
     pub failure_rate: Option<f64>,
     /// The fleet's failure floor (`None`: not exported).
     pub failure_floor: Option<f64>,
+    /// The partitions the queue's exporter counts (`None`: not exported).
+    pub partitions: Option<f64>,
 }
 
 impl World {
@@ -115,6 +117,7 @@ impl World {
             via_json: true,
             failure_rate: None,
             failure_floor: None,
+            partitions: None,
         }
     }
 
@@ -147,6 +150,7 @@ impl World {
             arrival_rate: arrival,
             completion_rate: completion,
             failure_floor: self.failure_floor,
+            partitions: self.partitions,
         }
     }
 

@@ -101,7 +101,7 @@ use backpressure_api::v1alpha1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::resolve::Effective;
+use crate::resolve::{Effective, QueueSource};
 pub use conditions::set_condition;
 use decider::{Decider, Outcome};
 pub use not_ready::{invalid_spec, target_unavailable};
@@ -134,6 +134,9 @@ pub struct FleetMetrics {
     /// library's `SetPoint` docs). Unknown is read as 0: every failure is taken to respond to
     /// load, as before workers exported it.
     pub failure_floor: Option<f64>,
+    /// The most consumers that can work at once, as the queue's exporter counts them (Kafka:
+    /// the topic's partitions; `spec.queue.kafka.partitions` wins over it). Unknown: no cap.
+    pub partitions: Option<f64>,
 }
 
 impl FleetMetrics {
@@ -149,6 +152,11 @@ impl FleetMetrics {
             arrival_rate: ok(self.arrival_rate),
             completion_rate: ok(self.completion_rate),
             failure_floor: unit(self.failure_floor),
+            // A count of at least one; no consumer assigned (0) says nothing about the topic.
+            partitions: self
+                .partitions
+                .filter(|x| x.is_finite() && *x >= 1.0)
+                .map(f64::floor),
         }
     }
 
@@ -293,6 +301,25 @@ pub fn status_changed(
     old != Some(new)
 }
 
+/// The partition cap of a Kafka queue: the count the object states
+/// (`spec.queue.kafka.partitions`), else the one its exporter reports, else none.
+pub fn consumer_cap(effective: &Effective, fleet: &FleetMetrics) -> Option<sizing::ConsumerCap> {
+    let Some(QueueSource::Kafka { topic, .. }) = &effective.metrics.queue.source else {
+        return None;
+    };
+    let (replicas, from) = match effective.metrics.queue.partitions() {
+        Some(p) => (p, "spec.queue.kafka.partitions"),
+        None => {
+            let p = fleet.sanitized().partitions?;
+            (sizing::ceil_to_i32(p), "counted by the exporter")
+        }
+    };
+    (replicas >= 1).then(|| sizing::ConsumerCap {
+        replicas,
+        why: format!("topic {topic} has {replicas} partitions ({from})"),
+    })
+}
+
 /// Decides. See the module documentation for the rules.
 pub fn decide(
     effective: &Effective,
@@ -306,11 +333,13 @@ pub fn decide(
     let out = if effective.suspend {
         state.suspended()
     } else {
+        let cap = consumer_cap(effective, &fleet);
         let sizing = sizing::size(
             &effective.scaling,
             state.current,
             observation.ready_pods,
             &fleet,
+            cap.as_ref(),
         );
         // With no pod at all there is no worker to export a backoff: its absence is expected,
         // not missing data, and must not keep a scaled-to-zero fleet from activating.

@@ -38,6 +38,7 @@ fn fleet_metrics() -> impl Strategy<Value = FleetMetrics> {
                     arrival_rate,
                     completion_rate,
                     failure_floor: None,
+                    partitions: None,
                 }
             },
         )

@@ -80,12 +80,26 @@ pub struct Sizing {
     pub basis: String,
 }
 
-/// Sizes the fleet from the queue, or `None` when neither the age nor the rates are known.
+/// The most replicas that can work at once, whatever the backlog: a Kafka consumer group gives
+/// each partition to one consumer, so consumers beyond the partition count idle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerCap {
+    /// The cap (at least 1).
+    pub replicas: i32,
+    /// Why, for the decision message (`topic orders has 12 partitions (spec.queue.kafka.partitions)`).
+    pub why: String,
+}
+
+/// Sizes the fleet from the queue, or `None` when neither the age nor the rates are known. The
+/// recommendation is clamped to `[minReplicas, maxReplicas]` and, with a `cap`, to at most
+/// `cap.replicas` (never below `minReplicas`, which the object sets on purpose); the basis says
+/// which bound applied.
 pub fn size(
     scaling: &EffectiveScaling,
     current: i32,
     ready: i32,
     fleet: &FleetMetrics,
+    cap: Option<&ConsumerCap>,
 ) -> Option<Sizing> {
     let t = scaling.target_queue_age.as_secs_f64();
     let c = f64::from(current.max(0));
@@ -192,15 +206,29 @@ pub fn size(
     if current <= 0 && busy {
         raw = raw.max(1);
     }
-    let replicas = raw.clamp(scaling.min_replicas, scaling.max_replicas);
+    let bounded = raw.clamp(scaling.min_replicas, scaling.max_replicas);
+    let replicas = match cap {
+        Some(c) if bounded > c.replicas => c.replicas.max(scaling.min_replicas).min(bounded),
+        _ => bounded,
+    };
     let backlogged = ratio.is_some_and(|r| r > up) || raw > current;
     let _ = write!(basis, " → {raw}");
-    if replicas != raw {
-        let _ = write!(
-            basis,
-            ", clamped to {replicas} by [{}, {}]",
-            scaling.min_replicas, scaling.max_replicas
-        );
+    match cap {
+        Some(c) if replicas < bounded => {
+            let _ = write!(
+                basis,
+                ", capped at {replicas}: {}, and more consumers than partitions idle",
+                c.why
+            );
+        }
+        _ if replicas != raw => {
+            let _ = write!(
+                basis,
+                ", clamped to {replicas} by [{}, {}]",
+                scaling.min_replicas, scaling.max_replicas
+            );
+        }
+        _ => {}
     }
     Some(Sizing {
         replicas,
@@ -346,7 +374,7 @@ mod tests {
             completion_rate: Some(180.0),
             ..fleet(0.0)
         };
-        let s = size(&eff.scaling, 8, 8, &f).unwrap();
+        let s = size(&eff.scaling, 8, 8, &f, None).unwrap();
         assert_eq!(s.replicas, 14, "{}", s.basis);
         assert!(s.backlogged);
         assert!(s.basis.contains("22.5/s per ready pod"), "{}", s.basis);
@@ -530,7 +558,7 @@ mod tests {
                 completion_rate: completion,
                 ..fleet(0.0)
             };
-            let got = size(&eff.scaling, c, r, &f);
+            let got = size(&eff.scaling, c, r, &f, None);
             assert_eq!(got.as_ref().map(|s| s.replicas), want, "{name}: {got:?}");
         }
     }
@@ -615,7 +643,7 @@ mod tests {
                 completion_rate: Some(completion),
                 ..fleet(0.0)
             };
-            let s = size(&eff.scaling, current, ready, &f).unwrap();
+            let s = size(&eff.scaling, current, ready, &f, None).unwrap();
             let keep = ceil_to_i32(arrival / (completion / f64::from(ready)));
             let k = arrival / (completion / f64::from(ready));
             if age / t > TOLERANCE {

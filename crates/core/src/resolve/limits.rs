@@ -155,6 +155,25 @@ pub(super) fn apply(r: &mut Resolver<'_>, eff: &mut Effective, policies: &[Polic
         }
     }
 
+    // allowedQueueSystems: every non-empty list must allow the object's system.
+    let system = eff.metrics.queue.system;
+    for p in policies {
+        if let Some(list) = limits(p).allowed_queue_systems.filter(|l| !l.is_empty())
+            && !list.contains(&system)
+        {
+            let names: Vec<&str> = list.iter().map(|s| s.as_str()).collect();
+            r.error(
+                "spec.queue.system",
+                format!(
+                    "{} is not allowed by policy {} (allowed: {})",
+                    system.as_str(),
+                    p.name,
+                    names.join(", ")
+                ),
+            );
+        }
+    }
+
     // allowedModes: the intersection of every non-empty list.
     let mut allowed: Option<Vec<Mode>> = None;
     let mut restricting: Vec<&str> = Vec::new();

@@ -16,7 +16,9 @@
 //! and `allowedModes` (the
 //! intersection of all policies' lists) replaces a mode that is not allowed by `DryRun`, else
 //! `Active`, else `Guard`. Each such change is recorded in [`Effective::overrides`] as field
-//! path → description, for `status.overrides`.
+//! path → description, for `status.overrides`. `allowedQueueSystems` cannot replace a queue (the
+//! queue is where the workers read): an object whose `spec.queue.system` (`Custom` without one)
+//! a policy does not list is an error naming the policy.
 //!
 //! Any matching policy with `dryRun: true` puts the object in DryRun. The emergency brake is the
 //! largest `minBackoff` of the matching policies whose brake has not expired at `now`.
@@ -29,12 +31,13 @@
 //! # Layout
 //!
 //! This file holds the types and [`resolve`], which calls one function per section in
-//! `sections.rs` (worker, metrics, scaling, mode, brake), each picking its fields through the
-//! precedence layers of `resolver.rs`; `limits.rs` applies the policies' limits (and
-//! [`check_stages`]); `worker_config.rs` renders the wire payload ([`render_worker_config`]).
+//! `sections.rs` (worker, metrics with `queue.rs` for `spec.queue`, scaling, mode, brake), each
+//! picking its fields through the precedence layers of `resolver.rs`; `limits.rs` applies the
+//! policies' limits (and [`check_stages`]); `worker_config.rs` renders the wire payload ([`render_worker_config`]).
 
 mod limits;
 mod producers;
+mod queue;
 mod resolver;
 mod sections;
 #[cfg(test)]
@@ -46,8 +49,9 @@ use std::fmt;
 use std::time::Duration;
 
 use backpressure_api::v1alpha1::{
-    Algorithm, BackpressurePolicy, BackpressurePolicySpec, Brake, GuardRef, Mode, ProducerMode,
-    QueryOverrides, SecretRef, TargetRef, WorkerBackpressureSpec,
+    Algorithm, BackpressurePolicy, BackpressurePolicySpec, Brake, GuardRef, KafkaExporter, Mode,
+    ProducerMode, QueryOverrides, QueueSystem, SecretRef, SqsExporter, TargetRef,
+    WorkerBackpressureSpec,
 };
 use k8s_openapi::jiff::Timestamp;
 
@@ -253,6 +257,95 @@ pub struct EffectiveMetrics {
     pub rate_window: Duration,
     /// Samples older than this are unknown.
     pub stale_after: Duration,
+    /// `spec.queue`: where the queue metrics come from.
+    pub queue: EffectiveQueue,
+}
+
+/// Resolved `spec.queue`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectiveQueue {
+    /// The queue system (`Custom` without `spec.queue`).
+    pub system: QueueSystem,
+    /// What identifies the queue in its system; `None` for `Custom`.
+    pub source: Option<QueueSource>,
+    /// Only the exporter's series with this `job` label.
+    pub job: Option<String>,
+    /// Only the exporter's series with this `instance` label.
+    pub instance: Option<String>,
+    /// Queue samples older than this are unknown.
+    pub stale_after: Duration,
+}
+
+impl EffectiveQueue {
+    /// The queue of an object without `spec.queue`: the worker library's series, as fresh as
+    /// `stale_after`.
+    pub fn custom(stale_after: Duration) -> Self {
+        EffectiveQueue {
+            system: QueueSystem::Custom,
+            source: None,
+            job: None,
+            instance: None,
+            stale_after,
+        }
+    }
+
+    /// The partition count the object states (`spec.queue.kafka.partitions`).
+    pub fn partitions(&self) -> Option<i32> {
+        match &self.source {
+            Some(QueueSource::Kafka { partitions, .. }) => *partitions,
+            _ => None,
+        }
+    }
+}
+
+/// A queue in its system, as the presets read it (names as the exporters label them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueSource {
+    /// A Redis stream and consumer group.
+    RedisStreams {
+        /// The stream's key.
+        stream: String,
+        /// The consumer group.
+        group: String,
+        /// The database number.
+        db: i32,
+    },
+    /// A RabbitMQ queue.
+    RabbitMq {
+        /// The queue's name.
+        queue: String,
+        /// Its virtual host.
+        vhost: String,
+    },
+    /// An SQS queue.
+    Sqs {
+        /// The queue's name (CloudWatch's `QueueName`).
+        queue: String,
+        /// Which exporter reads CloudWatch.
+        exporter: SqsExporter,
+        /// The CloudWatch period of the sums.
+        period: Duration,
+    },
+    /// A Kafka topic and consumer group.
+    Kafka {
+        /// The topic.
+        topic: String,
+        /// The consumer group.
+        group: String,
+        /// Which exporter reads the lag.
+        exporter: KafkaExporter,
+        /// kafka-lag-exporter's `cluster_name`.
+        cluster: Option<String>,
+        /// The topic's partitions, when the object states them.
+        partitions: Option<i32>,
+    },
+    /// A Pub/Sub subscription.
+    PubSub {
+        /// The subscription's ID.
+        subscription: String,
+        /// Its project.
+        project: Option<String>,
+    },
 }
 
 /// Where a PromQL override came from.

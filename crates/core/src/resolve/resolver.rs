@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use backpressure_api::duration::{Duration as ApiDuration, MAX_SPEC_DURATION};
 use backpressure_api::v1alpha1::{
-    MetricsSpec, Mode, ProducersSpec, QueryOverrides, ScalingSpec, WorkerBackpressureSpec,
-    WorkerSpec,
+    MetricsSpec, Mode, ProducersSpec, QueryOverrides, QueueExporter, ScalingSpec,
+    WorkerBackpressureSpec, WorkerSpec,
 };
 
 use super::{FieldError, PolicyInput, QuerySource};
@@ -37,6 +37,10 @@ pub(super) struct Layer<'a> {
     pub(super) metrics: Option<&'a MetricsSpec>,
     pub(super) scaling: Option<&'a ScalingSpec>,
     pub(super) producers: Option<&'a ProducersSpec>,
+    /// `spec.queue.exporter` or `spec.defaults.queue.exporter`.
+    pub(super) queue_exporter: Option<&'a QueueExporter>,
+    /// `spec.queue.staleAfter` or `spec.defaults.queue.staleAfter`.
+    pub(super) queue_stale_after: Option<&'a ApiDuration>,
 }
 
 /// A resolved value and where it came from (for error messages).
@@ -80,6 +84,8 @@ impl<'a> Resolver<'a> {
             metrics: spec.metrics.as_ref(),
             scaling: spec.scaling.as_ref(),
             producers: spec.producers.as_ref(),
+            queue_exporter: spec.queue.as_ref().and_then(|q| q.exporter.as_ref()),
+            queue_stale_after: spec.queue.as_ref().and_then(|q| q.stale_after.as_ref()),
         }];
         for p in policies {
             if let Some(defaults) = &p.spec.defaults {
@@ -90,6 +96,8 @@ impl<'a> Resolver<'a> {
                     metrics: defaults.metrics.as_ref(),
                     scaling: defaults.scaling.as_ref(),
                     producers: defaults.producers.as_ref(),
+                    queue_exporter: defaults.queue.as_ref().and_then(|q| q.exporter.as_ref()),
+                    queue_stale_after: defaults.queue.as_ref().and_then(|q| q.stale_after.as_ref()),
                 });
             }
         }

@@ -265,7 +265,9 @@ pub(super) fn metrics(
             r.error(&p.from, "must be greater than 0".into());
         }
     }
+    let queue = super::queue::resolve(r, spec, stale_after.value);
     EffectiveMetrics {
+        queue,
         address_from_policy: address.is_from_policy(),
         secret_ref_from_policy: secret_ref.is_from_policy(),
         address: Some(address.value).filter(|a| !a.is_empty()),

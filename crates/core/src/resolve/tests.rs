@@ -880,3 +880,165 @@ fn inverted_producer_watermarks_stored_before_the_crd_are_refused_naming_the_fie
         ]
     );
 }
+
+fn with_queue(queue: backpressure_api::v1alpha1::QueueSpec) -> WorkerBackpressureSpec {
+    WorkerBackpressureSpec {
+        queue: Some(queue),
+        ..spec()
+    }
+}
+
+#[test]
+fn the_queue_is_the_objects_and_the_exporter_scrape_takes_policy_defaults() {
+    use backpressure_api::v1alpha1::{
+        PubSubQueue, QueueDefaults, QueueExporter, QueueSpec, QueueSystem, SqsExporter, SqsQueue,
+    };
+    // No spec.queue: Custom, as fresh as the metrics.
+    let eff = resolve(&spec(), &[], now()).unwrap();
+    assert_eq!(
+        eff.metrics.queue,
+        EffectiveQueue::custom(Duration::from_secs(60))
+    );
+
+    let platform = policy(
+        "platform",
+        None,
+        BackpressurePolicySpec {
+            defaults: Some(PolicyDefaults {
+                queue: Some(QueueDefaults {
+                    exporter: Some(QueueExporter {
+                        job: Some("yace".into()),
+                        instance: None,
+                    }),
+                    stale_after: dur("3m"),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    let s = with_queue(QueueSpec {
+        system: QueueSystem::SQS,
+        sqs: Some(SqsQueue {
+            queue: "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo".into(),
+            exporter: None,
+            period: dur("5m"),
+        }),
+        exporter: Some(QueueExporter {
+            job: None,
+            instance: Some("yace-0:5000".into()),
+        }),
+        ..Default::default()
+    });
+    let policies = [platform];
+    let eff = resolve(&s, &inputs(&policies), now()).unwrap();
+    let q = &eff.metrics.queue;
+    assert_eq!(q.system, QueueSystem::SQS);
+    assert_eq!(
+        q.source,
+        Some(QueueSource::Sqs {
+            queue: "orders.fifo".into(),
+            exporter: SqsExporter::YACE,
+            period: Duration::from_secs(300),
+        }),
+        "a URL's last segment is the name"
+    );
+    assert_eq!(q.job.as_deref(), Some("yace"), "the policy's default");
+    assert_eq!(
+        q.instance.as_deref(),
+        Some("yace-0:5000"),
+        "the object's own"
+    );
+    assert_eq!(q.stale_after, Duration::from_secs(180));
+
+    // Pub/Sub: a full subscription name names the project; staleness at least 5 minutes.
+    let s = with_queue(QueueSpec {
+        system: QueueSystem::PubSub,
+        pub_sub: Some(PubSubQueue {
+            subscription: "projects/shop-prod/subscriptions/orders-workers".into(),
+            project: None,
+        }),
+        ..Default::default()
+    });
+    let eff = resolve(&s, &[], now()).unwrap();
+    assert_eq!(
+        eff.metrics.queue.source,
+        Some(QueueSource::PubSub {
+            subscription: "orders-workers".into(),
+            project: Some("shop-prod".into()),
+        })
+    );
+    assert_eq!(eff.metrics.queue.stale_after, Duration::from_secs(300));
+    assert_eq!(eff.metrics.stale_after, Duration::from_secs(60));
+}
+
+#[test]
+fn a_queue_without_its_section_a_bad_name_or_a_system_a_policy_forbids_is_an_error() {
+    use backpressure_api::v1alpha1::{KafkaQueue, QueueSpec, QueueSystem, RedisStreamsQueue};
+    let fields = |s: &WorkerBackpressureSpec, p: &[BackpressurePolicy]| -> Vec<String> {
+        resolve(s, &inputs(p), now())
+            .unwrap_err()
+            .errors
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect()
+    };
+    let missing = with_queue(QueueSpec {
+        system: QueueSystem::Kafka,
+        ..Default::default()
+    });
+    assert_eq!(
+        fields(&missing, &[]),
+        ["spec.queue.kafka: required when spec.queue.system is Kafka"]
+    );
+    let control = with_queue(QueueSpec {
+        system: QueueSystem::RedisStreams,
+        redis_streams: Some(RedisStreamsQueue {
+            stream: "orders\n".into(),
+            consumer_group: String::new(),
+            db: None,
+        }),
+        ..Default::default()
+    });
+    let e = fields(&control, &[]);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("spec.queue.redisStreams.stream: "),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("spec.queue.redisStreams.consumerGroup: must not be empty"),
+        "{e:?}"
+    );
+
+    let kafka = with_queue(QueueSpec {
+        system: QueueSystem::Kafka,
+        kafka: Some(KafkaQueue {
+            topic: "orders".into(),
+            consumer_group: "workers".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let only_redis = policy(
+        "redis-only",
+        None,
+        BackpressurePolicySpec {
+            limits: Some(PolicyLimits {
+                allowed_queue_systems: Some(vec![QueueSystem::RedisStreams, QueueSystem::Custom]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    let policies = [only_redis];
+    assert_eq!(
+        fields(&kafka, &policies),
+        [
+            "spec.queue.system: Kafka is not allowed by policy redis-only (allowed: RedisStreams, Custom)"
+        ]
+    );
+    // Custom (no spec.queue) is allowed there, and anything where no list restricts.
+    assert!(resolve(&spec(), &inputs(&policies), now()).is_ok());
+    assert!(resolve(&kafka, &[], now()).is_ok());
+}

@@ -77,6 +77,7 @@ pub fn spec_for(s: &Scenario, producers: Option<&ProducersSection>) -> WorkerBac
         mode: None,
         suspend: None,
         guard: None,
+        queue: None,
         worker: Some(WorkerSpec {
             algorithm: None,
             set_point: Some(w.set_point),
@@ -160,6 +161,7 @@ impl Autoscaler for Ours {
                 arrival_rate: obs.arrival_rate,
                 completion_rate: obs.completion_rate,
                 failure_floor: obs.failure_floor,
+                partitions: None,
             },
             metrics_error: None,
             config: None,

@@ -188,3 +188,89 @@ fn a_backlog_with_dependency_failures_above_the_set_point_does_not_scale_out() {
     let d = decide(&w.eff, w.status.as_ref(), &obs);
     assert!(d.desired_replicas > 2, "{}", d.reason);
 }
+
+/// An effective configuration reading Kafka topic `orders` (maxReplicas 50), stating
+/// `partitions` or leaving them to the exporter.
+fn kafka(partitions: Option<i32>) -> Effective {
+    use backpressure_api::v1alpha1::{KafkaQueue, QueueSpec, QueueSystem};
+    let mut spec = super::super::fixtures::spec_for("export-worker");
+    spec.queue = Some(QueueSpec {
+        system: QueueSystem::Kafka,
+        kafka: Some(KafkaQueue {
+            topic: "orders".into(),
+            consumer_group: "workers".into(),
+            partitions,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let mut eff = crate::resolve::resolve(&spec, &[], at(0)).unwrap();
+    eff.scaling.max_replicas = 50;
+    eff
+}
+
+#[test]
+fn kafka_partitions_cap_the_recommendation_and_the_decision_says_so() {
+    // The backlog sizes to 14; the topic has 10 partitions.
+    let mut w = World::new(kafka(Some(10)), 2);
+    let ds = run(
+        "stated partitions",
+        &mut w,
+        &[
+            step(0, 0.0, Backlog, Backlogged, 6, ScaleOut),
+            step(15, 0.0, Backlog, Backlogged, 10, ScaleOut),
+            step(15, 0.0, Backlog, Backlogged, 10, Action::None),
+        ],
+    );
+    assert_eq!(ds[2].recommended_replicas, 10);
+    let msg = &ds[1].events.last().unwrap().message;
+    assert!(
+        msg.contains("capped at 10: topic orders has 10 partitions (spec.queue.kafka.partitions)"),
+        "{msg}"
+    );
+    assert!(
+        ds[2].reason.contains("more consumers than partitions idle"),
+        "{}",
+        ds[2].reason
+    );
+
+    // Unstated: the exporter's count caps (6), and without it nothing does.
+    let mut w = World::new(kafka(None), 2);
+    w.partitions = Some(6.0);
+    let ds = run(
+        "counted partitions",
+        &mut w,
+        &[
+            step(0, 0.0, Backlog, Backlogged, 6, ScaleOut),
+            step(15, 0.0, Backlog, Backlogged, 6, Action::None),
+        ],
+    );
+    assert!(
+        ds[1]
+            .reason
+            .contains("capped at 6: topic orders has 6 partitions (counted by the exporter)"),
+        "{}",
+        ds[1].reason
+    );
+    w.partitions = None;
+    let d = w.step(15);
+    assert_eq!(
+        (d.recommended_replicas, d.desired_replicas),
+        (14, 12),
+        "{}",
+        d.reason
+    );
+
+    // Fewer partitions than replicas running: the recommendation scales in to them.
+    let mut w = World::new(kafka(Some(4)), 12);
+    let d = w.step(0);
+    assert_eq!(d.recommended_replicas, 4, "{}", d.reason);
+
+    // A queue that is not Kafka has no cap, whatever a partitions series says.
+    let mut w = World::new(defaults(), 2);
+    w.partitions = Some(3.0);
+    w.queue(Backlog);
+    w.step(0);
+    let d = w.step(15);
+    assert_eq!(d.recommended_replicas, 14, "{}", d.reason);
+}

@@ -38,11 +38,13 @@ const REFUSED_FUNCTIONS: [&str; 1] = ["info"];
 /// but the tenant's own input).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScopeError {
-    /// Longer than [`MAX_QUERY_BYTES`].
-    #[error("the query is {len} bytes long, more than the {MAX_QUERY_BYTES} allowed")]
+    /// Longer than allowed ([`MAX_QUERY_BYTES`] for a tenant's query).
+    #[error("the query is {len} bytes long, more than the {max} allowed")]
     TooLong {
         /// Its length.
         len: usize,
+        /// The limit.
+        max: usize,
     },
     /// Brackets nested deeper than [`MAX_NESTING`].
     #[error("the query nests brackets more than {MAX_NESTING} deep")]
@@ -110,8 +112,27 @@ pub fn parse_checked(query: &str) -> Result<Expr, ScopeError> {
 }
 
 fn parse_within(query: &str, max_nesting: usize) -> Result<Expr, ScopeError> {
-    if query.len() > MAX_QUERY_BYTES {
-        return Err(ScopeError::TooLong { len: query.len() });
+    parse_bounded(query, MAX_QUERY_BYTES, max_nesting)
+}
+
+/// Parses an output of the operator's own rewriting (no length limit, a little more nesting
+/// than a tenant may write).
+pub(crate) fn parse_unchecked(query: &str) -> Result<Expr, ScopeError> {
+    parse_bounded(query, usize::MAX, MAX_NESTING + 8)
+}
+
+/// Parses `query` if it is at most `max_bytes` long and nests brackets at most `max_nesting`
+/// deep; a parser panic is a rejection.
+pub(crate) fn parse_bounded(
+    query: &str,
+    max_bytes: usize,
+    max_nesting: usize,
+) -> Result<Expr, ScopeError> {
+    if query.len() > max_bytes {
+        return Err(ScopeError::TooLong {
+            len: query.len(),
+            max: max_bytes,
+        });
     }
     if nesting(query) > max_nesting {
         return Err(ScopeError::TooDeep);
@@ -144,7 +165,7 @@ fn selector_scoped_to(vs: &VectorSelector, namespace: &str) -> bool {
 
 /// Visits every node of `expr`, children included (aggregation parameters and function
 /// arguments too), depth first.
-fn walk(expr: &Expr, f: &mut impl FnMut(&Expr)) {
+pub(crate) fn walk(expr: &Expr, f: &mut impl FnMut(&Expr)) {
     f(expr);
     match expr {
         Expr::Aggregate(a) => {
@@ -234,7 +255,7 @@ fn scope_selector(vs: &mut VectorSelector, namespace: &str) {
 
 /// Moves `foo` of `foo{...}` into the matchers as `__name__="foo"` (into each `or` group), so
 /// that the name is rendered quoted and escaped like any label value.
-fn name_into_matcher(vs: &mut VectorSelector) {
+pub(crate) fn name_into_matcher(vs: &mut VectorSelector) {
     let Some(name) = vs.name.take() else { return };
     let m = Matcher::new(MatchOp::Equal, METRIC_NAME, &name);
     if vs.matchers.or_matchers.is_empty() {
@@ -247,13 +268,13 @@ fn name_into_matcher(vs: &mut VectorSelector) {
 }
 
 /// The renderer sorts plain matchers; sort ours the same way so that a re-parse compares equal.
-fn sort_matchers(m: &mut Matchers) {
+pub(crate) fn sort_matchers(m: &mut Matchers) {
     m.matchers.sort_by_key(|x| x.to_string());
 }
 
 /// Brings a re-parsed AST into the form [`inject`] leaves (names as matchers, sorted), without
 /// adding any namespace matcher, so that it can be compared with the rewritten AST.
-fn normalize(expr: &mut Expr) -> Result<(), ScopeError> {
+pub(crate) fn normalize(expr: &mut Expr) -> Result<(), ScopeError> {
     match expr {
         Expr::VectorSelector(vs) => {
             name_into_matcher(vs);

@@ -273,6 +273,18 @@ mod fuzz {
             }
             // Rewriting is idempotent: the output scopes to itself.
             prop_assert_eq!(scope_to_namespace(&out, "team-a"), Ok(out.clone()));
+            // Dating it keeps every selector, the timestamps' too, in the namespace (or says
+            // why not: too many selectors).
+            match crate::freshness::with_freshness(&out) {
+                Ok(dated) => {
+                    let e = parser::parse(&dated);
+                    prop_assert!(
+                        e.is_ok_and(|e| is_scoped_to(&e, "team-a")),
+                        "{out} → {dated}"
+                    );
+                }
+                Err(e) => prop_assert!(matches!(e, ScopeError::Unsupported(_)), "{out}: {e}"),
+            }
         }
         Ok(())
     }

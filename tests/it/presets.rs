@@ -1,0 +1,666 @@
+//! The queue presets evaluated by Prometheus' own engine (`promtool test rules`, Debian package
+//! `prometheus`; no server): for every system, the queries the operator runs for an object in
+//! namespace `shop` (built from `spec.queue`, scoped to the namespace and dated, exactly as
+//! `backpressure_core::tenancy::scoped_queries` leaves them) over synthetic series named as
+//! each exporter names them, with a decoy of the same queue in another namespace. Each answer
+//! must be the value the preset documents, labelled with the object's namespace and workload,
+//! with the sample timestamps beside it.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use backpressure_api::v1alpha1::{TargetRef, WorkerBackpressureSpec};
+use backpressure_core::resolve::resolve;
+use backpressure_core::tenancy::{FleetQueries, scoped_queries};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+
+fn promtool() -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("promtool"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("promtool not found on PATH: install the Debian package `prometheus` (`make deps` does)")
+        })
+}
+
+/// The queries an object in `shop` with `queue` (its `spec.queue`, JSON) runs.
+fn queries(queue: Value) -> FleetQueries {
+    let spec = WorkerBackpressureSpec {
+        target_ref: TargetRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "export-worker".into(),
+        },
+        queue: Some(serde_json::from_value(queue).unwrap()),
+        ..Default::default()
+    };
+    let eff = resolve(&spec, &[], Timestamp::UNIX_EPOCH).unwrap();
+    scoped_queries(&eff.metrics, "shop").unwrap()
+}
+
+/// One preset: its `spec.queue`, the exporter's series (`name{labels}` without the namespace,
+/// promtool's expanding notation, sampled every 15 s for 10 minutes), and per kind the value
+/// expected at 10 minutes.
+struct Case {
+    name: &'static str,
+    queue: Value,
+    series: Vec<(&'static str, &'static str)>,
+    expect: Vec<(&'static str, f64)>,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "RedisStreams",
+            queue: json!({"system": "RedisStreams", "redisStreams": {"stream": "orders", "consumerGroup": "workers"}}),
+            series: vec![
+                // 5 entries wait; the last one delivered was written at 570 s, the stream's
+                // first at 100 s: the oldest waiting entry is at most 30 s old at 600 s.
+                (
+                    r#"redis_stream_group_lag{db="db0",stream="orders",group="workers"}"#,
+                    "5+0x40",
+                ),
+                (
+                    r#"redis_stream_group_last_delivered_id{db="db0",stream="orders",group="workers"}"#,
+                    "570000+0x40",
+                ),
+                (
+                    r#"redis_stream_first_entry_id{db="db0",stream="orders"}"#,
+                    "100000+0x40",
+                ),
+                // 3 entries added and 1 read per second; the pending list is steady.
+                (
+                    r#"redis_stream_entries_added_total{db="db0",stream="orders"}"#,
+                    "0+45x40",
+                ),
+                (
+                    r#"redis_stream_group_entries_read{db="db0",stream="orders",group="workers"}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"redis_stream_group_messages_pending{db="db0",stream="orders",group="workers"}"#,
+                    "8+0x40",
+                ),
+            ],
+            expect: vec![
+                ("queueAge", 30.0),
+                ("queueDepth", 5.0),
+                ("arrivalRate", 3.0),
+                ("completionRate", 1.0),
+            ],
+        },
+        Case {
+            name: "RabbitMQ",
+            queue: json!({"system": "RabbitMQ", "rabbitMQ": {"queue": "orders"}}),
+            series: vec![
+                // 120 ready, 4 delivered per second: an estimated 30 s.
+                (
+                    r#"rabbitmq_detailed_queue_messages_ready{vhost="/",queue="orders"}"#,
+                    "120+0x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_queue_messages_delivered_ack_total{vhost="/",queue="orders"}"#,
+                    "0+60x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_queue_exchange_messages_published_total{vhost="/",queue="orders",exchange="in"}"#,
+                    "0+30x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_queue_exchange_messages_published_total{vhost="/",queue="orders",exchange="retry"}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_queue_messages_acked_total{vhost="/",queue="orders"}"#,
+                    "0+45x40",
+                ),
+            ],
+            expect: vec![
+                ("queueAge", 30.0),
+                ("queueDepth", 120.0),
+                ("arrivalRate", 3.0),
+                ("completionRate", 3.0),
+            ],
+        },
+        Case {
+            name: "SQS (YACE)",
+            queue: json!({"system": "SQS", "sqs": {"queue": "https://sqs.eu-west-1.amazonaws.com/123456789012/orders", "period": "5m"}}),
+            series: vec![
+                (
+                    r#"aws_sqs_approximate_age_of_oldest_message_maximum{dimension_QueueName="orders"}"#,
+                    "42+0x40",
+                ),
+                (
+                    r#"aws_sqs_approximate_number_of_messages_visible_average{dimension_QueueName="orders"}"#,
+                    "700+0x40",
+                ),
+                (
+                    r#"aws_sqs_number_of_messages_sent_sum{dimension_QueueName="orders"}"#,
+                    "600+0x40",
+                ),
+                (
+                    r#"aws_sqs_number_of_messages_deleted_sum{dimension_QueueName="orders"}"#,
+                    "300+0x40",
+                ),
+            ],
+            expect: vec![
+                ("queueAge", 42.0),
+                ("queueDepth", 700.0),
+                ("arrivalRate", 2.0),
+                ("completionRate", 1.0),
+            ],
+        },
+        Case {
+            name: "SQS (cloudwatch_exporter)",
+            queue: json!({"system": "SQS", "sqs": {"queue": "orders", "exporter": "CloudWatchExporter"}}),
+            series: vec![
+                (
+                    r#"aws_sqs_approximate_age_of_oldest_message_maximum{queue_name="orders"}"#,
+                    "42+0x40",
+                ),
+                (
+                    r#"aws_sqs_approximate_number_of_messages_visible_maximum{queue_name="orders"}"#,
+                    "700+0x40",
+                ),
+                (
+                    r#"aws_sqs_number_of_messages_sent_sum{queue_name="orders"}"#,
+                    "120+0x40",
+                ),
+                (
+                    r#"aws_sqs_number_of_messages_deleted_sum{queue_name="orders"}"#,
+                    "60+0x40",
+                ),
+            ],
+            expect: vec![
+                ("queueAge", 42.0),
+                ("queueDepth", 700.0),
+                ("arrivalRate", 2.0),
+                ("completionRate", 1.0),
+            ],
+        },
+        Case {
+            name: "Kafka (kafka-lag-exporter)",
+            queue: json!({"system": "Kafka", "kafka": {"topic": "orders", "consumerGroup": "workers"}}),
+            series: vec![
+                (
+                    r#"kafka_consumergroup_group_lag_seconds{cluster_name="main",group="workers",topic="orders",partition="0"}"#,
+                    "12+0x40",
+                ),
+                (
+                    r#"kafka_consumergroup_group_lag_seconds{cluster_name="main",group="workers",topic="orders",partition="1"}"#,
+                    "20+0x40",
+                ),
+                (
+                    r#"kafka_consumergroup_group_lag{cluster_name="main",group="workers",topic="orders",partition="0"}"#,
+                    "30+0x40",
+                ),
+                (
+                    r#"kafka_consumergroup_group_lag{cluster_name="main",group="workers",topic="orders",partition="1"}"#,
+                    "50+0x40",
+                ),
+                (
+                    r#"kafka_partition_latest_offset{cluster_name="main",topic="orders",partition="0"}"#,
+                    "0+30x40",
+                ),
+                (
+                    r#"kafka_partition_latest_offset{cluster_name="main",topic="orders",partition="1"}"#,
+                    "0+30x40",
+                ),
+                (
+                    r#"kafka_partition_latest_offset{cluster_name="main",topic="orders",partition="2"}"#,
+                    "0+30x40",
+                ),
+                (
+                    r#"kafka_consumergroup_group_offset{cluster_name="main",group="workers",topic="orders",partition="0"}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"kafka_consumergroup_group_offset{cluster_name="main",group="workers",topic="orders",partition="1"}"#,
+                    "0+15x40",
+                ),
+                // Another group on the same topic is not the workers'.
+                (
+                    r#"kafka_consumergroup_group_lag_seconds{cluster_name="main",group="audit",topic="orders",partition="0"}"#,
+                    "9999+0x40",
+                ),
+            ],
+            expect: vec![
+                ("queueAge", 20.0),
+                ("queueDepth", 80.0),
+                ("arrivalRate", 6.0),
+                ("completionRate", 2.0),
+                ("partitions", 3.0),
+            ],
+        },
+        Case {
+            name: "Kafka (KMinion)",
+            queue: json!({"system": "Kafka", "kafka": {"topic": "orders", "consumerGroup": "workers", "exporter": "KMinion"}}),
+            series: vec![
+                // 90 behind, 3 consumed per second: an estimated 30 s.
+                (
+                    r#"kminion_kafka_consumer_group_topic_lag{group_id="workers",topic_name="orders"}"#,
+                    "90+0x40",
+                ),
+                (
+                    r#"kminion_kafka_consumer_group_topic_offset_sum{group_id="workers",topic_name="orders"}"#,
+                    "0+45x40",
+                ),
+                (
+                    r#"kminion_kafka_topic_high_water_mark_sum{topic_name="orders"}"#,
+                    "0+60x40",
+                ),
+                (
+                    r#"kminion_kafka_consumer_group_topic_assigned_partitions{group_id="workers",topic_name="orders"}"#,
+                    "6+0x40",
+                ),
+            ],
+            expect: vec![
+                ("queueAge", 30.0),
+                ("queueDepth", 90.0),
+                ("arrivalRate", 4.0),
+                ("completionRate", 3.0),
+                ("partitions", 6.0),
+            ],
+        },
+        Case {
+            name: "PubSub",
+            queue: json!({"system": "PubSub", "pubSub": {"subscription": "projects/shop-prod/subscriptions/orders-workers"}}),
+            series: vec![
+                (
+                    r#"stackdriver_pubsub_subscription_pubsub_googleapis_com_subscription_oldest_unacked_message_age{project_id="shop-prod",subscription_id="orders-workers",unit=""}"#,
+                    "75+0x40",
+                ),
+                // The backlog grows by 1 a second while 2 a second are acked: 3 arrive.
+                (
+                    r#"stackdriver_pubsub_subscription_pubsub_googleapis_com_subscription_num_undelivered_messages{project_id="shop-prod",subscription_id="orders-workers",unit=""}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"stackdriver_pubsub_subscription_pubsub_googleapis_com_subscription_ack_message_count{project_id="shop-prod",subscription_id="orders-workers",unit=""}"#,
+                    "0+30x40",
+                ),
+            ],
+            expect: vec![
+                ("queueAge", 75.0),
+                ("queueDepth", 600.0),
+                ("arrivalRate", 3.0),
+                ("completionRate", 2.0),
+            ],
+        },
+    ]
+}
+
+fn query_of<'a>(q: &'a FleetQueries, kind: &str) -> Option<&'a String> {
+    let o = &q.queries;
+    match kind {
+        "queueAge" => o.queue_age.as_ref(),
+        "queueDepth" => o.queue_depth.as_ref(),
+        "arrivalRate" => o.arrival_rate.as_ref(),
+        "completionRate" => o.completion_rate.as_ref(),
+        "partitions" => q.partitions.as_ref(),
+        _ => None,
+    }
+}
+
+/// `{"a": "b"}` in promtool's label notation.
+fn labels(pairs: &[(&str, &str)]) -> String {
+    let inner: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    format!("{{{}}}", inner.join(", "))
+}
+
+/// A series of the exporter in namespace `ns`.
+fn in_namespace(series: &str, ns: &str) -> String {
+    match series.split_once('{') {
+        Some((name, rest)) => format!("{name}{{namespace=\"{ns}\",{rest}"),
+        None => format!("{series}{{namespace=\"{ns}\"}}"),
+    }
+}
+
+#[test]
+fn every_preset_answers_what_it_documents_on_prometheus_own_engine() {
+    let dir = std::env::temp_dir().join(format!(
+        "bp-presets-{}-{}",
+        std::process::id(),
+        backpressure_envtest::unique()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut tests = Vec::new();
+    let mut checked = 0;
+    for case in cases() {
+        let q = queries(case.queue.clone());
+        let mut input = Vec::new();
+        for (series, values) in &case.series {
+            input.push(json!({"series": in_namespace(series, "shop"), "values": values}));
+            // The same queue's series in another namespace, far off: never read.
+            input.push(json!({"series": in_namespace(series, "other"), "values": "1e9+0x40"}));
+        }
+        let mut exprs = Vec::new();
+        for (kind, want) in &case.expect {
+            let text =
+                query_of(&q, kind).unwrap_or_else(|| panic!("{}: no {kind} query", case.name));
+            // The value, labelled with the object's namespace and workload; the sample
+            // timestamps of the namespace (the exporter's series carry no workload) and of
+            // the whole query: the last sample, at 600 s.
+            exprs.push(json!({
+                "expr": text,
+                "eval_time": "10m",
+                "exp_samples": [
+                    {"labels": labels(&[("namespace", "shop"), ("workload", "export-worker")]), "value": want},
+                    {"labels": labels(&[("bp_sample", "timestamp"), ("namespace", "shop")]), "value": 600},
+                    {"labels": labels(&[("bp_sample", "timestamp"), ("bp_scope", "query")]), "value": 600},
+                ],
+            }));
+            checked += 1;
+        }
+        tests.push(json!({
+            "interval": "15s",
+            "input_series": input,
+            "promql_expr_test": exprs,
+        }));
+    }
+    let file = dir.join("presets_test.yaml");
+    std::fs::write(
+        &file,
+        serde_yaml::to_string(&json!({"tests": tests})).unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(promtool())
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool test rules:\n{text}");
+    assert_eq!(checked, 30, "every kind of every preset is checked");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The check can fail: a wrong expectation is reported.
+#[test]
+fn a_wrong_preset_expectation_fails_the_promtool_check() {
+    let q = queries(
+        json!({"system": "Kafka", "kafka": {"topic": "orders", "consumerGroup": "workers"}}),
+    );
+    let dir = std::env::temp_dir().join(format!(
+        "bp-presets-bad-{}-{}",
+        std::process::id(),
+        backpressure_envtest::unique()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad_test.yaml");
+    let test = json!({"tests": [{
+        "interval": "15s",
+        "input_series": [{"series": in_namespace(r#"kafka_consumergroup_group_lag{group="workers",topic="orders",partition="0"}"#, "shop"), "values": "30+0x40"}],
+        "promql_expr_test": [{
+            "expr": q.queries.queue_depth.unwrap(),
+            "eval_time": "10m",
+            "exp_samples": [
+                {"labels": labels(&[("namespace", "shop"), ("workload", "export-worker")]), "value": 31},
+                {"labels": labels(&[("bp_sample", "timestamp"), ("namespace", "shop")]), "value": 600},
+                {"labels": labels(&[("bp_sample", "timestamp"), ("bp_scope", "query")]), "value": 600},
+            ],
+        }],
+    }]});
+    std::fs::write(&file, serde_yaml::to_string(&test).unwrap()).unwrap();
+    let status = Command::new(promtool())
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap()
+        .status;
+    assert!(!status.success(), "promtool accepted a wrong value");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A real `redis-server` (Debian's) on a free loopback port, without persistence.
+struct Redis {
+    port: u16,
+    _process: backpressure_envtest::process::Supervised,
+}
+
+impl Redis {
+    fn start(dir: &std::path::Path) -> Redis {
+        let port = backpressure_envtest::process::free_port().unwrap();
+        let args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &dir.display().to_string(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let process = backpressure_envtest::process::Supervised::spawn(
+            "redis-server",
+            std::path::Path::new("/usr/bin/redis-server"),
+            &args,
+            &dir.join("redis.log"),
+        )
+        .unwrap();
+        assert!(
+            backpressure_envtest::process::wait_for_port(port, std::time::Duration::from_secs(20)),
+            "redis-server did not listen:\n{}",
+            process.log_tail(20)
+        );
+        Redis {
+            port,
+            _process: process,
+        }
+    }
+
+    /// Runs a command with `redis-cli` (Debian's redis-tools) and returns its output.
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// redis_exporter (built from the Go module proxy by tools/k8s/build.sh) for stream `orders`.
+fn redis_exporter(
+    redis: &Redis,
+    port: u16,
+    dir: &std::path::Path,
+) -> backpressure_envtest::process::Supervised {
+    let binary = backpressure_envtest::bin_dir()
+        .unwrap()
+        .join("redis_exporter");
+    assert!(
+        binary.is_file(),
+        "{} is missing: run `make k8s-bins` (tools/k8s/build.sh builds it)",
+        binary.display()
+    );
+    let args = vec![
+        format!("--redis.addr=redis://127.0.0.1:{}", redis.port),
+        format!("--web.listen-address=127.0.0.1:{port}"),
+        "--check-single-streams=db0=orders".to_owned(),
+    ];
+    let p = backpressure_envtest::process::Supervised::spawn(
+        "redis_exporter",
+        &binary,
+        &args,
+        &dir.join(format!(
+            "redis_exporter-{}.log",
+            backpressure_envtest::unique()
+        )),
+    )
+    .unwrap();
+    assert!(
+        backpressure_envtest::process::wait_for_port(port, std::time::Duration::from_secs(20)),
+        "redis_exporter did not listen:\n{}",
+        p.log_tail(20)
+    );
+    p
+}
+
+/// The Redis Streams preset end to end: a real redis-server with stream `orders` and consumer
+/// group `workers`, a real redis_exporter, a real Prometheus scraping it (and the workers'
+/// backoff from the fake fleet), and the operator reading the queue only through
+/// `spec.queue`. Entries arrive faster than the group consumes them: the object reports the
+/// group's lag as depth and the age of the waiting entries, and scales the target out. The
+/// exporter goes away: the queue's series go stale (Prometheus marks a failed target's series
+/// stale), the object reports MetricsUnavailable and keeps its replicas; the exporter is back:
+/// metrics again.
+#[tokio::test]
+async fn redis_streams_preset_sizes_the_target_from_a_real_stream() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use backpressure_api::conditions as cond;
+    use backpressure_api::v1alpha1::Regime;
+
+    use crate::common::fleet::steady;
+    use crate::common::scene::{condition, has_condition};
+    use crate::common::serial;
+    use crate::common::world::World;
+
+    let _serial = serial().await;
+    let mut w = World::builder("redispreset").replicas(2).start().await;
+    w.fleet.set(steady);
+    let dir = std::env::temp_dir().join(format!(
+        "bp-redis-preset-{}",
+        backpressure_envtest::unique()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let redis = Arc::new(Redis::start(&dir));
+    redis.cli(&["XGROUP", "CREATE", "orders", "workers", "$", "MKSTREAM"]);
+    let exporter_port = backpressure_envtest::process::free_port().unwrap();
+    let mut exporter = redis_exporter(&redis, exporter_port, &dir);
+    let exporter_target = backpressure_envtest::ScrapeTarget {
+        address: format!("127.0.0.1:{exporter_port}"),
+        labels: std::collections::BTreeMap::from([("namespace".to_owned(), w.scene.ns.clone())]),
+    };
+    w.prom
+        .set_targets(&[w.fleet.target(), exporter_target])
+        .unwrap();
+
+    // 5 entries a second arrive, the group reads and acknowledges 2.
+    let running = Arc::new(AtomicBool::new(true));
+    let traffic = {
+        let (redis, running) = (redis.clone(), running.clone());
+        std::thread::spawn(move || {
+            while running.load(Ordering::Relaxed) {
+                redis.cli(&[
+                    "EVAL",
+                    "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', 'orders', '*', 'body', 'x') end return 0",
+                    "0",
+                    "5",
+                ]);
+                redis.cli(&[
+                    "EVAL",
+                    "local r = redis.call('XREADGROUP', 'GROUP', 'workers', 'c1', 'COUNT', ARGV[1], 'STREAMS', 'orders', '>') \
+                     if r then for _, e in ipairs(r[1][2]) do redis.call('XACK', 'orders', 'workers', e[1]) end end return 0",
+                    "0",
+                    "2",
+                ]);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let started = Instant::now();
+    w.prom
+        .wait_for_series("redis_stream_group_lag", Duration::from_secs(30))
+        .unwrap();
+
+    w.apply(json!({
+        "queue": {"system": "RedisStreams", "redisStreams": {"stream": "orders", "consumerGroup": "workers"}},
+    }))
+    .await;
+    w.start_operator().await;
+
+    // The queue as Redis has it, through the preset: depth is the group's lag, the age grows
+    // with the oldest waiting entry, and the target is scaled out for it.
+    let s = w
+        .wait_status(
+            Duration::from_secs(90),
+            "scaled out for the stream's backlog",
+            |s| {
+                s.regime == Some(Regime::Backlogged)
+                    && s.replicas.as_ref().is_some_and(|r| r.desired > 2)
+            },
+        )
+        .await;
+    let fleet = s.fleet.clone().unwrap_or_default();
+    let lag: f64 = redis
+        .cli(&["XINFO", "GROUPS", "orders"])
+        .lines()
+        .skip_while(|l| l.trim() != "lag")
+        .nth(1)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    let depth = fleet.queue_depth.unwrap();
+    assert!(
+        depth > 10.0 && (depth - lag).abs() <= 0.5 * lag,
+        "depth {depth} should be the group's lag ({lag} now)"
+    );
+    let age = fleet.queue_age.unwrap();
+    assert!(
+        age > 10.0 && age <= started.elapsed().as_secs_f64() + 2.0,
+        "age {age}: the oldest waiting entry is older than the target and younger than the test ({:?})",
+        started.elapsed()
+    );
+    let arrival = fleet.arrival_rate.unwrap();
+    let completion = fleet.completion_rate.unwrap();
+    assert!(
+        (3.0..=8.0).contains(&arrival),
+        "arrivals {arrival}/s, 5/s added"
+    );
+    assert!(
+        (1.0..=3.5).contains(&completion),
+        "completions {completion}/s, 2/s acked"
+    );
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert_eq!(c.status, "True", "{}", c.message);
+
+    // The exporter goes away: its series are stale, the queue is unknown.
+    exporter.stop();
+    let s = w
+        .wait_status(
+            Duration::from_secs(40),
+            "MetricsUnavailable without the exporter",
+            |s| {
+                s.regime == Some(Regime::MetricsUnavailable)
+                    && has_condition(s, cond::METRICS_AVAILABLE, "False")
+            },
+        )
+        .await;
+    let held = w.scene.replicas("w").await;
+    for _ in 0..8 {
+        assert_eq!(
+            w.scene.replicas("w").await,
+            held,
+            "replicas changed without queue metrics"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert!(c.message.contains("queue"), "{}", c.message);
+
+    let _exporter = redis_exporter(&redis, exporter_port, &dir);
+    w.wait_status(Duration::from_secs(40), "queue metrics again", |s| {
+        has_condition(s, cond::METRICS_AVAILABLE, "True")
+            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
+    })
+    .await;
+    running.store(false, Ordering::Relaxed);
+    traffic.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
