@@ -631,10 +631,10 @@ async fn an_hpa_on_the_same_target_is_reported_and_not_fought() {
         || async { (w.replicas().await > 2).then_some(()) },
     )
     .await;
-    let s = w.status().await;
-    assert_eq!(
-        condition(&s, "Ready").map(|c| c.status.as_str()),
-        Some("True"),
-        "{s:?}"
-    );
+    // The status follows the /scale write (its own patch, after it): wait for it rather than
+    // read it once (a single read raced it in a CI run).
+    w.wait_status(Duration::from_secs(20), "Ready once the HPA is gone", |s| {
+        s.dry_run_by.is_none() && condition(s, "Ready").map(|c| c.status.as_str()) == Some("True")
+    })
+    .await;
 }
