@@ -359,7 +359,12 @@ enum Break {
 async fn broken_proxy(upstream: String, workload: String, what: Break) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
-    let http = reqwest::Client::new();
+    // A connection per request, as the suite itself does: the worker closes a connection after
+    // refusing a body it did not read (413), and a pooled one would fail the next forward.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let ctx = Arc::new((http, upstream, workload));
     tokio::spawn(async move {
         loop {
@@ -400,9 +405,17 @@ async fn forward(
             out = out.header(name, v);
         }
     }
-    let resp = out.send().await.unwrap();
-    let mut status = resp.status();
-    let mut text = resp.text().await.unwrap();
+    // A failed forward is a 502 the suite reports, never a panic that hides which check it was.
+    let (mut status, mut text) = match out.send().await {
+        Ok(resp) => {
+            let status = resp.status();
+            match resp.text().await {
+                Ok(text) => (status, text),
+                Err(e) => (http::StatusCode::BAD_GATEWAY, e.to_string()),
+            }
+        }
+        Err(e) => (http::StatusCode::BAD_GATEWAY, e.to_string()),
+    };
     match what {
         Break::TakesStalePushes if method == http::Method::PUT && status == 409 => {
             status = http::StatusCode::OK;
