@@ -224,87 +224,12 @@ pub fn id_millis(id: &str) -> Option<u64> {
     id.split('-').next()?.parse().ok()
 }
 
-const FETCH: &str = r#"#!lua flags=allow-oom
-local stream, dlq, deadcount, cursor_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local group, consumer = ARGV[1], ARGV[2]
-local want = tonumber(ARGV[3])
-local min_idle, max_deliveries = ARGV[4], tonumber(ARGV[5])
-local out = {}
-local cursor = redis.call('GET', cursor_key) or '0-0'
-local claimed = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', want)
-redis.call('SET', cursor_key, claimed[1])
-for _, e in ipairs(claimed[2]) do
-  local id = e[1]
-  local p = redis.call('XPENDING', stream, group, id, id, 1)
-  local deliveries = 1
-  if p[1] then deliveries = p[1][4] end
-  if deliveries > max_deliveries then
-    local fields = e[2] or {}
-    redis.call('XADD', dlq, '*', 'source_id', id, 'deliveries', deliveries - 1, unpack(fields))
-    redis.call('XACK', stream, group, id)
-    redis.call('XDEL', stream, id)
-    redis.call('INCR', deadcount)
-  else
-    table.insert(out, {id, deliveries, e[2]})
-    want = want - 1
-  end
-end
-if want > 0 then
-  local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', stream, '>')
-  if r then
-    for _, e in ipairs(r[1][2]) do table.insert(out, {e[1], 1, e[2]}) end
-  end
-end
-return out
-"#;
-
-const ACK: &str = r#"#!lua flags=allow-oom
-local n = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if n == 1 then
-  redis.call('XDEL', KEYS[1], ARGV[2])
-  redis.call('INCR', KEYS[2])
-end
-return n
-"#;
-
-const NACK: &str = r#"#!lua flags=allow-oom
-return #redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-"#;
-
-const STATS: &str = r#"
-local stream, completed, deadcount = KEYS[1], KEYS[2], KEYS[3]
-local group, retry = ARGV[1], ARGV[2]
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local info = redis.call('XINFO', 'STREAM', stream)
-local added, xlen = 0, 0
-for i = 1, #info, 2 do
-  if info[i] == 'entries-added' then added = info[i + 1] end
-  if info[i] == 'length' then xlen = info[i + 1] end
-end
-local last = '0-0'
-for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-  local name, ldi = nil, nil
-  for i = 1, #g, 2 do
-    if g[i] == 'name' then name = g[i + 1] end
-    if g[i] == 'last-delivered-id' then ldi = g[i + 1] end
-  end
-  if name == group then last = ldi end
-end
-local summary = redis.call('XPENDING', stream, group)
-local pending = summary[1]
-local retrying = 0
-if summary[4] then
-  for _, c in ipairs(summary[4]) do
-    if c[1] == retry then retrying = tonumber(c[2]) end
-  end
-end
-local oldest = ''
-local first = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', 1)
-if first[1] then oldest = first[1][1] end
-return {now_ms, added, xlen, pending, retrying, oldest,
-        tonumber(redis.call('GET', completed) or '0'), tonumber(redis.call('GET', deadcount) or '0')}
-"#;
+// The queue's scripts live in `crates/lab/lua/`, read by every lab worker (the Rust one here, the
+// Go one in `crates/lab/workers/go/` from its `--scripts` directory): one copy of the semantics.
+const FETCH: &str = include_str!("../lua/fetch.lua");
+const ACK: &str = include_str!("../lua/ack.lua");
+const NACK: &str = include_str!("../lua/nack.lua");
+const STATS: &str = include_str!("../lua/stats.lua");
 
 /// One logical queue in a Redis server.
 #[derive(Clone)]
