@@ -88,6 +88,17 @@ unit: lint ## The fast loop: fmt, clippy and every test that needs no server (no
 	run() { echo "$(CARGO) test --locked $${args[*]}"; $(CARGO) test --locked -q "$${args[@]}"; }; \
 	for a in "$$@"; do if [ "$$a" = ":::" ]; then run; args=(); else args+=("$$a"); fi; done; run
 
+# The lab's Go worker (the polyglot run of outage-and-recovery: crates/lab/workers/go on the Go
+# SDK), built by tools/lab-worker-go/build.sh into $(BP_CACHE) (a no-op when cached); `make demo`
+# and `make e2e` pass it to the lab as BP_LAB_GO_WORKER.
+.PHONY: lab-worker-go
+lab-worker-go: ## Build the lab's Go worker (cached by Go version and source)
+	@tools/lab-worker-go/build.sh
+
+.PHONY: lab-worker-go-test
+lab-worker-go-test: ## go vet and go test of the lab's Go worker (its pure logic; the lab runs it for real)
+	cd crates/lab/workers/go && GOWORK=off go vet ./... && GOWORK=off go test ./...
+
 # The lab's scenarios, asserting their recorded checks (after a workspace build): $(1) are the
 # test-harness arguments after `--ignored`. partial_failure is left out of `make e2e` and
 # `make test`: it fails its goodput check today (issue 13, docs/lab/README.md); run it with
@@ -96,11 +107,12 @@ define run_e2e
 	$(CARGO) test --workspace --locked --no-run
 	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus \
 	  BP_OPERATOR_BIN=$(TARGET_DIR)/debug/backpressure-operator \
+	  BP_LAB_GO_WORKER=$$(tools/lab-worker-go/build.sh | tail -n1) \
 	  $(CARGO) test --workspace --locked --test e2e -- --ignored --test-threads=1 $(1)
 endef
 
 .PHONY: test
-test: deps k8s-bins lint manifests sdk-test ## Install what is needed, lint, and run every test against real components (incl. e2e)
+test: deps k8s-bins lint manifests sdk-test lab-worker-go-test ## Install what is needed, lint, and run every test against real components (incl. e2e)
 	BP_K8S_BIN=$(K8S_BIN) $(CARGO) test --workspace --locked --no-fail-fast
 	$(call run_e2e,--skip partial_failure)
 
@@ -118,6 +130,7 @@ demo: deps k8s-bins ## Run the lab's default scenario with real processes
 	$(CARGO) build --release --locked -p backpressure-lab -p backpressure-operator --bins
 	BP_K8S_BIN=$(K8S_BIN) BP_PROMETHEUS=$(K8S_BIN)/prometheus \
 	  BP_OPERATOR_BIN=$(TARGET_DIR)/release/backpressure-operator \
+	  BP_LAB_GO_WORKER=$$(tools/lab-worker-go/build.sh | tail -n1) \
 	  $(TARGET_DIR)/release/backpressure-lab demo
 
 .PHONY: e2e

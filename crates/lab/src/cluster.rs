@@ -274,6 +274,25 @@ impl Cluster {
         Ok(self.env.write_token_kubeconfig(file_name, token.trim())?)
     }
 
+    /// Mints a token for a ServiceAccount (TokenRequest) and writes it to `path` (what a pod's
+    /// projected token file holds).
+    pub async fn service_account_token_file(
+        &self,
+        namespace: &str,
+        sa: &str,
+        path: &Path,
+    ) -> Result<(), ClusterError> {
+        let token = self
+            .kubectl(
+                &["create", "token", sa, "-n", namespace, "--duration=4h"],
+                None,
+            )
+            .await?;
+        std::fs::write(path, token.trim())
+            .map_err(|e| ClusterError::Tool(format!("write {}: {e}", path.display())))?;
+        Ok(())
+    }
+
     /// Creates a ServiceAccount (idempotent).
     pub async fn service_account(&self, namespace: &str, name: &str) -> Result<(), ClusterError> {
         let yaml = format!(

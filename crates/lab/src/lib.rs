@@ -16,6 +16,7 @@ pub mod hpa_trace;
 pub mod kubelet;
 pub mod operator;
 pub mod plot;
+pub mod polyglot;
 pub mod producer;
 pub mod prom;
 pub mod queue;

@@ -351,6 +351,7 @@ mod tests {
     fn writes_png_and_svg() {
         let sc = Scenario::load("outage-and-recovery").unwrap();
         let run = |label: &str, grow: bool| RunRecord {
+            config_end: None,
             label: label.into(),
             namespace: label.into(),
             samples: (0..170u64)
@@ -398,6 +399,7 @@ mod tests {
     fn producer_panels_only_with_producer_data() {
         let sc = Scenario::load("bounded-broker").unwrap();
         let run = |label: &str, full: bool| RunRecord {
+            config_end: None,
             label: label.into(),
             namespace: label.into(),
             samples: (0..180u64)

@@ -90,6 +90,25 @@ pub struct RunRecord {
     pub namespace: String,
     /// Samples in time order.
     pub samples: Vec<Sample>,
+    /// The configuration rollout at the end of the run, as the operator reports it and as the
+    /// pods report it (runs under the operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_end: Option<ConfigEnd>,
+}
+
+/// The configuration rollout at the end of a run under the operator.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ConfigEnd {
+    /// Status of the WorkerBackpressure's `ConfigInSync` condition (`True`, `False`, `Unknown`;
+    /// empty when absent), with its reason.
+    pub condition: String,
+    /// The condition's reason.
+    pub reason: String,
+    /// `status.config.hash`: the configuration the operator pushed.
+    pub pushed_hash: String,
+    /// The hash each running pod answers on `GET /v1/config` (pod name, hash; an empty hash when
+    /// the pod did not answer).
+    pub pod_hashes: Vec<(String, String)>,
 }
 
 impl RunRecord {
@@ -216,6 +235,9 @@ impl Recording {
 pub const OPERATOR: &str = "operator";
 /// Label of the comparison run.
 pub const KEDA_RUN: &str = "keda";
+/// Label of the polyglot run: the scenario's workload under the same operator, its pods running
+/// the Go lab worker (the scenario's `polyglot` section).
+pub const POLYGLOT: &str = "operator-go";
 
 /// The result of one check.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -441,7 +463,103 @@ pub fn checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
             None => need(&name, &mut out),
         }
     }
+    if scenario.polyglot.is_some() {
+        out.extend(polyglot_checks(scenario, rec));
+    }
     out
+}
+
+/// The checks of the polyglot part (the scenario's `polyglot` section): the operator pushed the
+/// configuration hash both fleets' pods report, the Go fleet held its replicas while the
+/// dependency failed (the scenario's `holdDuring` phase) and processed messages. Its
+/// conservation is the per-run "no message lost" check.
+pub fn polyglot_checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
+    let mut out = Vec::new();
+    for label in [OPERATOR, POLYGLOT] {
+        let name =
+            format!("{label}: pods report the config hash the operator pushed (ConfigInSync)");
+        let Some(end) = rec.run(label).and_then(|r| r.config_end.as_ref()) else {
+            out.push(Check {
+                name,
+                passed: false,
+                detail: format!("no end-of-run configuration recorded for the {label} run"),
+            });
+            continue;
+        };
+        out.push(config_in_sync(name, end));
+    }
+    let go = rec.run(POLYGLOT);
+    if let Some(phase) = scenario
+        .expect
+        .hold_during
+        .as_deref()
+        .and_then(|p| scenario.phase(p))
+    {
+        let (from, to) = (phase.from.secs(), phase.to.secs());
+        let (r0, rmax) = (
+            go.and_then(|r| r.replicas_at(from)),
+            go.and_then(|r| r.max_replicas(from, to)),
+        );
+        out.push(Check {
+            name: format!("{POLYGLOT}: holds its replicas during {}", phase.name),
+            passed: matches!((r0, rmax), (Some(a), Some(b)) if b <= a),
+            detail: format!("{} -> max {}", fmt_opt(r0), fmt_opt(rmax)),
+        });
+    }
+    let (go_last, rust_last) = (
+        go.and_then(RunRecord::last),
+        rec.run(OPERATOR).and_then(RunRecord::last),
+    );
+    out.push(Check {
+        name: format!("{POLYGLOT}: processed messages"),
+        passed: go_last.is_some_and(|s| s.completed > 0),
+        detail: match go_last {
+            Some(s) => format!(
+                "acknowledged {} of {} produced, dead-lettered {} (the Rust fleet: {} of {}, {})",
+                s.completed,
+                s.produced,
+                s.dead_lettered,
+                rust_last.map_or(0, |s| s.completed),
+                rust_last.map_or(0, |s| s.produced),
+                rust_last.map_or(0, |s| s.dead_lettered),
+            ),
+            None => "the polyglot run did not run".into(),
+        },
+    });
+    out
+}
+
+/// `ConfigInSync` is `True`, at least one pod answered, and every pod reports the pushed hash.
+fn config_in_sync(name: String, end: &ConfigEnd) -> Check {
+    let matching = end
+        .pod_hashes
+        .iter()
+        .filter(|(_, h)| !end.pushed_hash.is_empty() && *h == end.pushed_hash)
+        .count();
+    let pods = end.pod_hashes.len();
+    Check {
+        name,
+        passed: end.condition == "True" && pods > 0 && matching == pods,
+        detail: format!(
+            "ConfigInSync {} ({}), pushed {}, {matching}/{pods} pods report it{}",
+            if end.condition.is_empty() {
+                "absent"
+            } else {
+                &end.condition
+            },
+            end.reason,
+            if end.pushed_hash.is_empty() {
+                "nothing"
+            } else {
+                &end.pushed_hash
+            },
+            end.pod_hashes
+                .iter()
+                .filter(|(_, h)| *h != end.pushed_hash)
+                .map(|(p, h)| format!(", {p} reports {}", if h.is_empty() { "nothing" } else { h }))
+                .collect::<String>()
+        ),
+    }
 }
 
 /// The simulator's goodput (`crates/sim/src/metrics.rs`) of one run over a window.
@@ -861,8 +979,77 @@ mod tests {
         }
     }
 
+    fn polyglot_recording(go_replicas: &[i32], go_end: ConfigEnd) -> Recording {
+        let in_sync = ConfigEnd {
+            condition: "True".into(),
+            reason: "AllPodsInSync".into(),
+            pushed_hash: "abc123abc123".into(),
+            pod_hashes: vec![("a".into(), "abc123abc123".into())],
+        };
+        let mut op = run(OPERATOR, &[2; 18]);
+        op.config_end = Some(in_sync);
+        let mut go = run(POLYGLOT, go_replicas);
+        go.config_end = Some(go_end);
+        Recording {
+            runs: vec![op, go],
+            ..Recording::default()
+        }
+    }
+
+    fn check<'a>(checks: &'a [Check], name: &str) -> &'a Check {
+        checks
+            .iter()
+            .find(|c| c.name.contains(name))
+            .unwrap_or_else(|| panic!("no check {name:?} in {checks:?}"))
+    }
+
+    #[test]
+    fn polyglot_checks_need_the_pushed_hash_on_every_pod_a_hold_and_completions() {
+        let sc = Scenario::load("outage-and-recovery").unwrap();
+        assert!(sc.polyglot.is_some());
+        let end = |condition: &str, hashes: &[&str]| ConfigEnd {
+            condition: condition.into(),
+            reason: "r".into(),
+            pushed_hash: "abc123abc123".into(),
+            pod_hashes: hashes
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (format!("pod-{i}"), (*h).to_owned()))
+                .collect(),
+        };
+        // Samples every 10 s; the outage is 30..80 s.
+        let held = [2, 2, 2, 2, 2, 2, 2, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4];
+        let good = checks(&sc, &polyglot_recording(&held, end("True", &["abc123abc123"; 2])));
+        for name in [
+            "operator: pods report the config hash",
+            "operator-go: pods report the config hash",
+            "operator-go: holds its replicas during outage",
+            "operator-go: processed messages",
+            "operator-go: no message lost",
+        ] {
+            assert!(check(&good, name).passed, "{name}: {good:?}");
+        }
+        let grew = [2, 2, 2, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4];
+        let bad = checks(&sc, &polyglot_recording(&grew, end("True", &["abc123abc123"])));
+        assert!(!check(&bad, "operator-go: holds").passed);
+        let stale = checks(&sc, &polyglot_recording(&held, end("True", &["abc123abc123", "000000000000"])));
+        let c = check(&stale, "operator-go: pods report");
+        assert!(!c.passed && c.detail.contains("pod-1 reports 000000000000"), "{c:?}");
+        let unsynced = checks(&sc, &polyglot_recording(&held, end("False", &["abc123abc123"])));
+        assert!(!check(&unsynced, "operator-go: pods report").passed);
+        let no_pods = checks(&sc, &polyglot_recording(&held, end("True", &[])));
+        assert!(!check(&no_pods, "operator-go: pods report").passed);
+        // Without the polyglot run every polyglot check fails.
+        let mut rec = polyglot_recording(&held, end("True", &["abc123abc123"]));
+        rec.runs.retain(|r| r.label != POLYGLOT);
+        let missing = checks(&sc, &rec);
+        assert!(!check(&missing, "operator-go: pods report").passed);
+        assert!(!check(&missing, "operator-go: processed messages").passed);
+    }
+
     fn run(label: &str, replicas: &[i32]) -> RunRecord {
         RunRecord {
+            config_end: None,
             label: label.into(),
             namespace: label.into(),
             samples: replicas
@@ -995,6 +1182,7 @@ mod tests {
         };
         let arrivals = (40.0 * (to - from)) as u64;
         let r = |completed_in_window: u64| RunRecord {
+            config_end: None,
             label: OPERATOR.into(),
             namespace: OPERATOR.into(),
             samples: vec![

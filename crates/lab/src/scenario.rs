@@ -443,6 +443,31 @@ pub struct Scenario {
     /// What the end-to-end run checks.
     #[serde(default)]
     pub expect: Expectations,
+    /// A second fleet under the same operator whose pods run a worker in another language.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polyglot: Option<PolyglotSpec>,
+}
+
+/// The polyglot part of a scenario: beside the operator run, a third run (namespace
+/// `lab-operator-go`) with the same workload, WorkerBackpressure, producer schedule, queue and
+/// dependency specification, its own queue and dependency, under the same operator; the kubelet
+/// stand-in starts its pods with the lab's worker in another language
+/// (`crates/lab/workers/<language>/`). Its checks: the operator pushed the configuration hash
+/// the pods of both fleets report, the fleet held during `expect.holdDuring`, processed
+/// messages, and lost none.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolyglotSpec {
+    /// The worker's language.
+    pub language: WorkerLanguage,
+}
+
+/// A language the lab has a worker in besides Rust.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerLanguage {
+    /// `crates/lab/workers/go/`, on the Go SDK (built by `tools/lab-worker-go/build.sh`).
+    Go,
 }
 
 /// The directory of the bundled scenarios.

@@ -18,9 +18,10 @@ use tokio::time::Instant;
 use crate::cluster::{Cluster, OPERATOR_NAMESPACE};
 use crate::dependency::Dependency;
 use crate::kubelet::{Kubelet, Launch, Launcher};
+use crate::polyglot::{GoWorkerArgs, TokenReviewAccess};
 use crate::prom::{self, ApiAccess, LabPrometheus};
 use crate::queue::{Queue, RedisServer};
-use crate::record::{self, Check, KEDA_RUN, OPERATOR, Recording, RunRecord};
+use crate::record::{self, Check, KEDA_RUN, OPERATOR, POLYGLOT, Recording, RunRecord};
 use crate::scenario::Scenario;
 use crate::serve::{response, serve};
 
@@ -35,6 +36,9 @@ pub const OPERATOR_RUN_NS: &str = "lab-operator";
 const WORKER_SERVICE_ACCOUNT: &str = "default";
 /// Namespace of the comparison run.
 pub const KEDA_RUN_NS: &str = "lab-keda";
+/// Namespace of the polyglot run (the scenario's `polyglot` section): the operator run's
+/// workload, its pods running the lab's worker in another language.
+pub const POLYGLOT_RUN_NS: &str = "lab-operator-go";
 
 /// A lab error.
 #[derive(Debug, thiserror::Error)]
@@ -207,11 +211,33 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     } else {
         operator_skipped = Some("disabled with --no-operator".into());
     }
+    // The polyglot fleet's program (built by tools/lab-worker-go/build.sh unless given).
+    let mut polyglot_program = None;
+    if let (Some(_), Some(p)) = (&operator_bin, &sc.polyglot) {
+        say(
+            show,
+            &format!("lab: the {:?} lab worker (polyglot run) ...", p.language),
+        );
+        polyglot_program = Some(
+            crate::polyglot::worker_program(p.language)
+                .await
+                .map_err(|e| LabError::Other(format!("the polyglot worker cannot run: {e}")))?,
+        );
+    }
     let build_secs = build_started.elapsed().as_secs_f64();
     let mut namespaces: Vec<(&'static str, &'static str)> = Vec::new();
     if operator_bin.is_some() {
         namespaces.push((OPERATOR, OPERATOR_RUN_NS));
     }
+    if polyglot_program.is_some() {
+        namespaces.push((POLYGLOT, POLYGLOT_RUN_NS));
+    }
+    // The namespaces whose workload the operator manages.
+    let managed: Vec<&'static str> = namespaces
+        .iter()
+        .filter(|(label, _)| *label != KEDA_RUN)
+        .map(|(_, ns)| *ns)
+        .collect();
     namespaces.push((KEDA_RUN, KEDA_RUN_NS));
 
     // Per run: namespace, queue, dependency.
@@ -246,6 +272,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             broker: producer_stats.is_some() || sc.queue.max_memory.is_some(),
             producer_stats,
             record: RunRecord {
+                config_end: None,
                 label: (*label).to_owned(),
                 namespace: (*ns).to_owned(),
                 samples: Vec::new(),
@@ -347,9 +374,11 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let mut operator_proc = None;
     let mut operator_identity = None;
     if let Some(bin) = &operator_bin {
-        let sa = cluster
-            .install_operator_rbac(&[(OPERATOR_RUN_NS, WORKER_SERVICE_ACCOUNT)])
-            .await?;
+        let subjects: Vec<(&str, &str)> = managed
+            .iter()
+            .map(|ns| (*ns, WORKER_SERVICE_ACCOUNT))
+            .collect();
+        let sa = cluster.install_operator_rbac(&subjects).await?;
         let kubeconfig = cluster
             .service_account_kubeconfig(OPERATOR_NAMESPACE, &sa, "operator")
             .await?;
@@ -362,9 +391,11 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             .prometheus
             .get_or_insert_with(Default::default)
             .address = Some(prometheus.url());
-        cluster
-            .create_worker_backpressure(OPERATOR_RUN_NS, &workload, &spec)
-            .await?;
+        for ns in &managed {
+            cluster
+                .create_worker_backpressure(ns, &workload, &spec)
+                .await?;
+        }
         operator_proc = Some(
             crate::operator::start(
                 bin,
@@ -426,10 +457,39 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         }
         None => None,
     };
+    // The polyglot workers review push tokens as the Go SDK does: API server URL, CA file and
+    // their ServiceAccount's token file (what a pod has mounted).
+    let polyglot_auth = match (&operator_identity, &polyglot_program) {
+        (Some(id), Some(_)) => {
+            cluster
+                .service_account(POLYGLOT_RUN_NS, WORKER_SERVICE_ACCOUNT)
+                .await?;
+            let token_file = out.join("worker-go.token");
+            cluster
+                .service_account_token_file(POLYGLOT_RUN_NS, WORKER_SERVICE_ACCOUNT, &token_file)
+                .await?;
+            Some(TokenReviewAccess {
+                api_url: cluster.env().server_url(),
+                ca_file: pki.ca_file.clone(),
+                token_file,
+                allowed_identity: id.clone(),
+            })
+        }
+        _ => None,
+    };
+    let polyglot = polyglot_program.map(|p| (p, polyglot_auth));
     // The scenario's time zero on the wall clock, for the producer pods (separate processes
     // follow the schedule from it); set below, before any pod exists.
     let start_unix_ms = Arc::new(std::sync::OnceLock::new());
-    let launcher = make_launcher(&opts, &runs, &cfg_paths, &logs, auth, start_unix_ms.clone());
+    let launcher = make_launcher(
+        &opts,
+        &runs,
+        &cfg_paths,
+        &logs,
+        auth,
+        polyglot,
+        start_unix_ms.clone(),
+    );
     let kubelet = Kubelet::start(
         client.clone(),
         "lab-node",
@@ -532,6 +592,11 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         }
     }
 
+    // The configuration rollout as the operator and the pods report it, before anything stops.
+    for r in runs.iter_mut().filter(|r| r.label != KEDA_RUN) {
+        r.record.config_end = Some(config_end(&client, &http, r.namespace, &workload).await);
+    }
+
     // Teardown, in reverse: stop producing, stop scaling, then a final sample.
     for p in &producers {
         p.abort();
@@ -610,6 +675,7 @@ fn make_launcher(
     cfg_paths: &BTreeMap<String, PathBuf>,
     logs: &Path,
     auth: Option<(PathBuf, String)>,
+    polyglot: Option<(PathBuf, Option<TokenReviewAccess>)>,
     start_unix_ms: Arc<std::sync::OnceLock<u64>>,
 ) -> Launcher {
     let sc = &opts.scenario;
@@ -699,6 +765,30 @@ fn make_launcher(
         let pod_seed = pod
             .bytes()
             .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        if ns == POLYGLOT_RUN_NS {
+            let (program, go_auth) = polyglot.as_ref()?;
+            let args = GoWorkerArgs {
+                listen: format!("{ip}:{port}"),
+                redis: redis_url,
+                queue: ns,
+                consumer: pod,
+                dependency: dep,
+                workload: &workload,
+                namespace: ns,
+                processing: &processing,
+                visibility_timeout: &vis,
+                max_deliveries: &max_deliveries,
+                config: cfg_path,
+                seed: pod_seed,
+                auth: go_auth.as_ref(),
+            };
+            return Some(Launch {
+                program: program.clone(),
+                args: args.to_args(),
+                log: logs.join(format!("{ns}-{pod}.log")),
+                ready_port: port,
+            });
+        }
         let mut args: Vec<String> = vec![
             "worker".into(),
             "--listen".into(),
@@ -760,5 +850,73 @@ mod tests {
         assert_eq!(cfg.probe_max_ms, 10_000);
         assert!(cfg.validate().is_ok());
         assert_eq!(worker_config(None), WorkerConfig::default());
+    }
+}
+
+/// The WorkerBackpressure's `ConfigInSync` condition and pushed hash, and the hash every running
+/// pod of the workload answers on `GET /v1/config` (no authentication, the wire contract).
+async fn config_end(
+    client: &kube::Client,
+    http: &reqwest::Client,
+    namespace: &str,
+    workload: &str,
+) -> record::ConfigEnd {
+    use backpressure_api::v1alpha1::WorkerBackpressure;
+    let wbps: Api<WorkerBackpressure> = Api::namespaced(client.clone(), namespace);
+    let status = wbps
+        .get_opt(workload)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|w| w.status);
+    let condition = status.as_ref().and_then(|s| {
+        s.conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == backpressure_api::conditions::CONFIG_IN_SYNC)
+            .cloned()
+    });
+    let pushed_hash = status
+        .and_then(|s| s.config)
+        .map(|c| c.hash)
+        .unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let lp = kube::api::ListParams::default().labels(&format!("app={workload}"));
+    let mut pod_hashes = Vec::new();
+    for p in pods.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+        // The pods the operator counts (`status.config.podsTotal`): Ready, not terminating.
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if p.metadata.deletion_timestamp.is_some() || !ready {
+            continue;
+        }
+        let Some(ip) = p.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+            continue;
+        };
+        let url = format!(
+            "http://{ip}:{}/v1/config",
+            backpressure_api::wire::DEFAULT_ADMIN_PORT
+        );
+        let body = match http.get(&url).timeout(Duration::from_secs(2)).send().await {
+            Ok(r) => r.bytes().await.ok(),
+            Err(_) => None,
+        };
+        let hash = body
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v.get("hash")?.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        pod_hashes.push((p.metadata.name.unwrap_or_default(), hash));
+    }
+    record::ConfigEnd {
+        condition: condition
+            .as_ref()
+            .map(|c| c.status.clone())
+            .unwrap_or_default(),
+        reason: condition.map(|c| c.reason).unwrap_or_default(),
+        pushed_hash,
+        pod_hashes,
     }
 }

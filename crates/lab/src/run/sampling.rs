@@ -13,7 +13,7 @@ use super::RunCtx;
 use crate::producer::ProducerStats;
 use crate::prom;
 use crate::queue::Queue;
-use crate::record::{BrokerMemory, ConfigSync, OPERATOR, Sample};
+use crate::record::{BrokerMemory, ConfigSync, KEDA_RUN, Sample};
 use crate::scenario::Scenario;
 use crate::serve::Exposition;
 
@@ -116,7 +116,7 @@ pub(super) async fn sample(
             r.record.last().map(|s| s.ready).unwrap_or(0),
         ),
     };
-    let (regime, config, producer_state, producer_sync) = if r.label == OPERATOR {
+    let (regime, config, producer_state, producer_sync) = if r.label != KEDA_RUN {
         let wbps: Api<WorkerBackpressure> = Api::namespaced(client.clone(), r.namespace);
         let status = wbps
             .get_opt(workload)
