@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use backpressure_lab::record::{self, KEDA_RUN, OPERATOR, Recording};
+use backpressure_lab::record::{self, KEDA_RUN, OPERATOR, POLYGLOT, Recording};
 use backpressure_lab::run::{self, Options, Report};
 use backpressure_lab::scenario::{self, KedaTrigger, Scenario};
 use clap::{Parser, Subcommand};
@@ -271,7 +271,7 @@ fn summary_table(sc: &Scenario, rec: &Recording) -> String {
         backpressure_envtest::KUBERNETES_VERSION
     ));
     s.push_str(&format!(
-        "{:<10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>8} {:>9}\n",
+        "{:<11} {:>9} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>8} {:>9}\n",
         "run",
         "produced",
         "acked",
@@ -286,9 +286,11 @@ fn summary_table(sc: &Scenario, rec: &Recording) -> String {
     ));
     let target = target_age(sc);
     let mut drains = Vec::new();
-    for label in [OPERATOR, KEDA_RUN] {
+    // The polyglot run (the operator's workload on the Go worker) after the two compared runs.
+    let polyglot = sc.polyglot.as_ref().map(|_| POLYGLOT);
+    for label in [OPERATOR, KEDA_RUN].into_iter().chain(polyglot) {
         let Some(r) = rec.run(label) else {
-            s.push_str(&format!("{label:<10} (did not run)\n"));
+            s.push_str(&format!("{label:<11} (did not run)\n"));
             continue;
         };
         let Some(last) = r.last() else { continue };
@@ -309,9 +311,11 @@ fn summary_table(sc: &Scenario, rec: &Recording) -> String {
             0.0
         };
         let drain = record::drain_secs(sc, r, target);
-        drains.push((label, drain, last.dead_lettered));
+        if label != POLYGLOT {
+            drains.push((label, drain, last.dead_lettered));
+        }
         s.push_str(&format!(
-            "{:<10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>6.0}s {:>8.2} {:>8.1}% {:>8} {:>9}\n",
+            "{:<11} {:>9} {:>8} {:>9} {:>9} {:>8} {:>6.0}s {:>8.2} {:>8.1}% {:>8} {:>9}\n",
             label,
             last.produced,
             last.completed,

@@ -1018,8 +1018,11 @@ mod tests {
                 .collect(),
         };
         // Samples every 10 s; the outage is 30..80 s.
-        let held = [2, 2, 2, 2, 2, 2, 2, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4];
-        let good = checks(&sc, &polyglot_recording(&held, end("True", &["abc123abc123"; 2])));
+        let held = [2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4];
+        let good = checks(
+            &sc,
+            &polyglot_recording(&held, end("True", &["abc123abc123"; 2])),
+        );
         for name in [
             "operator: pods report the config hash",
             "operator-go: pods report the config hash",
@@ -1030,12 +1033,24 @@ mod tests {
             assert!(check(&good, name).passed, "{name}: {good:?}");
         }
         let grew = [2, 2, 2, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4];
-        let bad = checks(&sc, &polyglot_recording(&grew, end("True", &["abc123abc123"])));
+        let bad = checks(
+            &sc,
+            &polyglot_recording(&grew, end("True", &["abc123abc123"])),
+        );
         assert!(!check(&bad, "operator-go: holds").passed);
-        let stale = checks(&sc, &polyglot_recording(&held, end("True", &["abc123abc123", "000000000000"])));
+        let stale = checks(
+            &sc,
+            &polyglot_recording(&held, end("True", &["abc123abc123", "000000000000"])),
+        );
         let c = check(&stale, "operator-go: pods report");
-        assert!(!c.passed && c.detail.contains("pod-1 reports 000000000000"), "{c:?}");
-        let unsynced = checks(&sc, &polyglot_recording(&held, end("False", &["abc123abc123"])));
+        assert!(
+            !c.passed && c.detail.contains("pod-1 reports 000000000000"),
+            "{c:?}"
+        );
+        let unsynced = checks(
+            &sc,
+            &polyglot_recording(&held, end("False", &["abc123abc123"])),
+        );
         assert!(!check(&unsynced, "operator-go: pods report").passed);
         let no_pods = checks(&sc, &polyglot_recording(&held, end("True", &[])));
         assert!(!check(&no_pods, "operator-go: pods report").passed);

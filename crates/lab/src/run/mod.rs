@@ -469,7 +469,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
                 .service_account_token_file(POLYGLOT_RUN_NS, WORKER_SERVICE_ACCOUNT, &token_file)
                 .await?;
             Some(TokenReviewAccess {
-                api_url: cluster.env().server_url(),
+                api_url: cluster.env().server_url().to_owned(),
                 ca_file: pki.ca_file.clone(),
                 token_file,
                 allowed_identity: id.clone(),

@@ -221,7 +221,7 @@ pub(super) fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
     for r in runs {
         if let Some(s) = r.record.last() {
             out.push_str(&format!(
-                "\n    {:<9} {:<18} replicas {:>2} ready {:>2}  backoff {}  age {:>3.0}s  depth {:>5}  dependency {:>3.0}/{:<3.0} req/s  dlq {:>3}  floor {}",
+                "\n    {:<11} {:<18} replicas {:>2} ready {:>2}  backoff {}  age {:>3.0}s  depth {:>5}  dependency {:>3.0}/{:<3.0} req/s  dlq {:>3}  floor {}",
                 r.label,
                 s.regime,
                 s.replicas,
@@ -242,7 +242,7 @@ pub(super) fn timeline(sc: &Scenario, t: f64, runs: &[RunCtx]) -> String {
                 let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
                 let p = s.producers.as_ref();
                 out.push_str(&format!(
-                    "\n    {:<9} producers {:<9} gate {:<9} waiting {:>5}  refused by broker {:>4}  broker memory {}",
+                    "\n    {:<11} producers {:<9} gate {:<9} waiting {:>5}  refused by broker {:>4}  broker memory {}",
                     "",
                     s.producer_state.as_deref().unwrap_or("-"),
                     p.map(|p| p.gate.as_str()).unwrap_or("-"),
