@@ -106,9 +106,12 @@ pub struct ConfigEnd {
     pub reason: String,
     /// `status.config.hash`: the configuration the operator pushed.
     pub pushed_hash: String,
-    /// The hash each running pod answers on `GET /v1/config` (pod name, hash; an empty hash when
-    /// the pod did not answer).
-    pub pod_hashes: Vec<(String, String)>,
+    /// `status.config.generation`: the push's generation (the lab's initial configuration file
+    /// has generation 0, so a pod reporting this one applied a push).
+    pub pushed_generation: i64,
+    /// What each ready pod answers on `GET /v1/config`: pod name, hash and generation (an empty
+    /// hash and generation -1 when the pod did not answer).
+    pub pod_hashes: Vec<(String, String, i64)>,
 }
 
 impl RunRecord {
@@ -529,34 +532,45 @@ pub fn polyglot_checks(scenario: &Scenario, rec: &Recording) -> Vec<Check> {
     out
 }
 
-/// `ConfigInSync` is `True`, at least one pod answered, and every pod reports the pushed hash.
+/// `ConfigInSync` is `True`, at least one pod answered, and every pod reports the pushed hash
+/// and the push's generation (not the initial file's 0: the push reached it).
 fn config_in_sync(name: String, end: &ConfigEnd) -> Check {
+    let pushed = |h: &str, g: i64| {
+        !end.pushed_hash.is_empty()
+            && h == end.pushed_hash
+            && end.pushed_generation > 0
+            && g == end.pushed_generation
+    };
     let matching = end
         .pod_hashes
         .iter()
-        .filter(|(_, h)| !end.pushed_hash.is_empty() && *h == end.pushed_hash)
+        .filter(|(_, h, g)| pushed(h, *g))
         .count();
     let pods = end.pod_hashes.len();
+    let or_nothing = |s: &str| {
+        if s.is_empty() {
+            "nothing".to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
     Check {
         name,
         passed: end.condition == "True" && pods > 0 && matching == pods,
         detail: format!(
-            "ConfigInSync {} ({}), pushed {}, {matching}/{pods} pods report it{}",
+            "ConfigInSync {} ({}), pushed {} generation {}, {matching}/{pods} pods report it{}",
             if end.condition.is_empty() {
                 "absent"
             } else {
                 &end.condition
             },
             end.reason,
-            if end.pushed_hash.is_empty() {
-                "nothing"
-            } else {
-                &end.pushed_hash
-            },
+            or_nothing(&end.pushed_hash),
+            end.pushed_generation,
             end.pod_hashes
                 .iter()
-                .filter(|(_, h)| *h != end.pushed_hash)
-                .map(|(p, h)| format!(", {p} reports {}", if h.is_empty() { "nothing" } else { h }))
+                .filter(|(_, h, g)| !pushed(h, *g))
+                .map(|(p, h, g)| format!(", {p} reports {} generation {g}", or_nothing(h)))
                 .collect::<String>()
         ),
     }
@@ -984,7 +998,8 @@ mod tests {
             condition: "True".into(),
             reason: "AllPodsInSync".into(),
             pushed_hash: "abc123abc123".into(),
-            pod_hashes: vec![("a".into(), "abc123abc123".into())],
+            pushed_generation: 7,
+            pod_hashes: vec![("a".into(), "abc123abc123".into(), 7)],
         };
         let mut op = run(OPERATOR, &[2; 18]);
         op.config_end = Some(in_sync);
@@ -1011,10 +1026,11 @@ mod tests {
             condition: condition.into(),
             reason: "r".into(),
             pushed_hash: "abc123abc123".into(),
+            pushed_generation: 7,
             pod_hashes: hashes
                 .iter()
                 .enumerate()
-                .map(|(i, h)| (format!("pod-{i}"), (*h).to_owned()))
+                .map(|(i, h)| (format!("pod-{i}"), (*h).to_owned(), 7))
                 .collect(),
         };
         // Samples every 10 s; the outage is 30..80 s.
@@ -1047,6 +1063,11 @@ mod tests {
             !c.passed && c.detail.contains("pod-1 reports 000000000000"),
             "{c:?}"
         );
+        // The pushed hash from the initial file (generation 0), not from a push.
+        let mut unpushed = end("True", &["abc123abc123"]);
+        unpushed.pod_hashes[0].2 = 0;
+        let c = checks(&sc, &polyglot_recording(&held, unpushed));
+        assert!(!check(&c, "operator-go: pods report").passed);
         let unsynced = checks(
             &sc,
             &polyglot_recording(&held, end("False", &["abc123abc123"])),

@@ -464,7 +464,8 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             cluster
                 .service_account(POLYGLOT_RUN_NS, WORKER_SERVICE_ACCOUNT)
                 .await?;
-            let token_file = out.join("worker-go.token");
+            // In the control plane's directory, removed with it (as the kubeconfigs).
+            let token_file = cluster.env().dir().join("worker-go.token");
             cluster
                 .service_account_token_file(POLYGLOT_RUN_NS, WORKER_SERVICE_ACCOUNT, &token_file)
                 .await?;
@@ -876,10 +877,9 @@ async fn config_end(
             .find(|c| c.type_ == backpressure_api::conditions::CONFIG_IN_SYNC)
             .cloned()
     });
-    let pushed_hash = status
-        .and_then(|s| s.config)
-        .map(|c| c.hash)
-        .unwrap_or_default();
+    let config = status.and_then(|s| s.config);
+    let pushed_generation = config.as_ref().and_then(|c| c.generation).unwrap_or(0);
+    let pushed_hash = config.map(|c| c.hash).unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let lp = kube::api::ListParams::default().labels(&format!("app={workload}"));
     let mut pod_hashes = Vec::new();
@@ -904,11 +904,16 @@ async fn config_end(
             Ok(r) => r.bytes().await.ok(),
             Err(_) => None,
         };
-        let hash = body
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        let ack = body.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        let hash = ack
+            .as_ref()
             .and_then(|v| v.get("hash")?.as_str().map(str::to_owned))
             .unwrap_or_default();
-        pod_hashes.push((p.metadata.name.unwrap_or_default(), hash));
+        let generation = ack
+            .as_ref()
+            .and_then(|v| v.get("generation")?.as_i64())
+            .unwrap_or(-1);
+        pod_hashes.push((p.metadata.name.unwrap_or_default(), hash, generation));
     }
     record::ConfigEnd {
         condition: condition
@@ -917,6 +922,7 @@ async fn config_end(
             .unwrap_or_default(),
         reason: condition.map(|c| c.reason).unwrap_or_default(),
         pushed_hash,
+        pushed_generation,
         pod_hashes,
     }
 }
