@@ -10,7 +10,10 @@
 //! serves and dead-letters no more per failed call than a greedy fleet; with a Redis limited in
 //! memory and producer pods, the operator's broker stays under its limit (producers paused
 //! above the watermark) while the comparison's refuses writes, and no message is lost from the
-//! producers' clients to acknowledgement.
+//! producers' clients to acknowledgement. `outage-and-recovery` also runs the operator's workload
+//! on the Go lab worker beside the Rust one (its `polyglot` section): both fleets' pods report
+//! the configuration the operator pushed, and the Go fleet holds during the outage, processes
+//! messages and loses none.
 //!
 //! The operator binary is built with `$CARGO` in the same profile first (or taken from
 //! `BP_OPERATOR_BIN`); without it every operator check fails with "did not run".
