@@ -836,24 +836,6 @@ fn make_launcher(
     })
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-
-    #[test]
-    fn worker_config_follows_the_spec_with_api_defaults() {
-        let sc = Scenario::load("outage-and-recovery").unwrap();
-        let cfg = worker_config(sc.worker_backpressure.worker.as_ref());
-        assert_eq!(cfg.max_permits, 4);
-        assert_eq!(cfg.reaction, 20);
-        assert_eq!(cfg.probe_initial_ms, 500);
-        assert_eq!(cfg.probe_max_ms, 10_000);
-        assert!(cfg.validate().is_ok());
-        assert_eq!(worker_config(None), WorkerConfig::default());
-    }
-}
-
 /// The WorkerBackpressure's `ConfigInSync` condition and pushed hash, and the hash every running
 /// pod of the workload answers on `GET /v1/config` (no authentication, the wire contract).
 async fn config_end(
@@ -924,5 +906,23 @@ async fn config_end(
         pushed_hash,
         pushed_generation,
         pod_hashes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn worker_config_follows_the_spec_with_api_defaults() {
+        let sc = Scenario::load("outage-and-recovery").unwrap();
+        let cfg = worker_config(sc.worker_backpressure.worker.as_ref());
+        assert_eq!(cfg.max_permits, 4);
+        assert_eq!(cfg.reaction, 20);
+        assert_eq!(cfg.probe_initial_ms, 500);
+        assert_eq!(cfg.probe_max_ms, 10_000);
+        assert!(cfg.validate().is_ok());
+        assert_eq!(worker_config(None), WorkerConfig::default());
     }
 }
