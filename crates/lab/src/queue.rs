@@ -14,6 +14,14 @@
 //!     is delivered again after the visibility timeout and is not counted as in flight;
 //!   - `stats` reads everything the exporter needs in one round trip.
 //!
+//! The worker library's Redis Streams source (`backpressure_worker::sources::redis_streams`)
+//! grew from these scripts. The lab keeps its own queue: its recorder reads the counters under
+//! `<prefix>:` (`completed`, `deadcount`) and the conservation check below, one `Queue` serves
+//! every consumer, and its workers nack without a receive count, so the library's redelivery
+//! backoff does not apply to them; moving the workers to the library source would change what
+//! the recorded scenarios measure (redeliveries minutes later instead of after the visibility
+//! timeout), which is a decision for the scenarios, not a refactoring.
+//!
 //! Because acknowledged and dead-lettered messages are deleted from the stream, every message
 //! ever produced is in exactly one place: `produced = completed + dead_lettered + in the stream`.
 //!
