@@ -12,7 +12,7 @@ use backpressure_envtest::RedisServer;
 use backpressure_worker::controller::{self, Algorithm, Outcome, Settings};
 use backpressure_worker::permits::Gate;
 use backpressure_worker::sources::redis_streams::{
-    RETRY_CONSUMER, RedisStreamsConfig, RedisStreamsSource, StreamMessage,
+    Nacked, RETRY_CONSUMER, RedisStreamsConfig, RedisStreamsSource, StreamMessage,
 };
 use backpressure_worker::worker_loop::{Handler, RedeliveryBackoff, WorkerLoop};
 use redis::Value;
@@ -218,7 +218,10 @@ async fn a_held_gate_fetches_nothing_and_a_poll_never_exceeds_its_permits() {
     assert_eq!(three.len(), 3);
     assert_eq!(pending(&redis, Some("held")).await, 3);
     for m in &three {
-        assert!(s.nack_id(&m.id, Duration::ZERO).await.unwrap());
+        assert_eq!(
+            s.nack_id(&m.id, Duration::ZERO).await.unwrap(),
+            Nacked::Retry
+        );
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     let two = s.fetch(2).await.unwrap();
@@ -339,11 +342,17 @@ async fn messages_of_a_dead_consumer_are_reclaimed_after_the_visibility_timeout(
     );
     assert_eq!(pending(&redis, Some("a")).await, 0);
     assert_eq!(pending(&redis, Some("b")).await, 5);
+    // The dead consumer was only paused: its late nack leaves the message to b...
+    let a_again = source(&redis, config("a")).await;
+    assert_eq!(
+        a_again.nack_id(&held[1].id, Duration::ZERO).await.unwrap(),
+        Nacked::NotHeld
+    );
+    assert_eq!(pending(&redis, Some("b")).await, 5);
     for m in &reclaimed {
         assert!(b.ack_id(&m.id).await.unwrap());
     }
-    // The dead consumer, back from a pause, acks what b completed: not counted again.
-    let a_again = source(&redis, config("a")).await;
+    // ... and its late ack of what b completed is not counted again.
     assert!(!a_again.ack_id(&late_id).await.unwrap());
     let st = b.stats().await.unwrap();
     assert_eq!(
@@ -379,11 +388,18 @@ async fn the_redelivery_backoff_delays_each_retry() {
         s.stats().await.unwrap().dead_letters == 1
     })
     .await;
+    let dead_at = Instant::now();
     run.await.unwrap();
     let seen = handler.seen.lock().unwrap().clone();
     assert_eq!(
         seen.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
         [1, 2, 3, 4]
+    );
+    // The last failure dead-letters at once, not after another (1 s) delay.
+    assert!(
+        dead_at - seen[3].1 < Duration::from_millis(500),
+        "{:?}",
+        dead_at - seen[3].1
     );
     // 200 ms (within the 300 ms timeout), then 400 and 800 ms (beyond it).
     for (i, want) in [200u64, 400, 800].into_iter().enumerate() {
@@ -413,7 +429,10 @@ async fn nacked_messages_wait_under_the_retry_consumer_and_the_stats_export() {
     produce(&s, 4).await;
     let got = s.fetch(2).await.unwrap();
     assert!(s.ack_id(&got[0].id).await.unwrap());
-    assert!(s.nack_id(&got[1].id, Duration::from_secs(5)).await.unwrap());
+    assert_eq!(
+        s.nack_id(&got[1].id, Duration::from_secs(5)).await.unwrap(),
+        Nacked::Retry
+    );
     assert_eq!(pending(&redis, Some(RETRY_CONSUMER)).await, 1);
     let st = s.stats().await.unwrap();
     assert_eq!(

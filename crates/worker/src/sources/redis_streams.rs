@@ -24,7 +24,10 @@
 //!   stream yourself then (`XADD ... MAXLEN ~ n` or `XTRIM MINID`).
 //! - **nack** hands the message to the consumer `~retry` (`XCLAIM ... JUSTID`, which does not
 //!   count a delivery): it stays in the group's pending list, is not in flight for any worker,
-//!   and is reclaimed by the next poll after the visibility timeout.
+//!   and is reclaimed by the next poll after the visibility timeout. A message that failed its
+//!   `max_deliveries`-th delivery is dead-lettered at once instead, and a message another
+//!   consumer has reclaimed meanwhile (this one was slower than the visibility timeout) is left
+//!   to that consumer.
 //! - **nack_after(delay)** does the same with the message's idle time set so that it becomes
 //!   reclaimable `delay` from now (`XCLAIM ... IDLE timeout-delay`). A delay longer than the
 //!   visibility timeout is also recorded in a sorted set (`<prefix>:<group>:retry-due`); a poll
@@ -264,6 +267,18 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// What [`RedisStreamsSource::nack_id`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nacked {
+    /// Handed to [`RETRY_CONSUMER`], to be reclaimed after the delay.
+    Retry,
+    /// That was its `max_deliveries`-th delivery: moved to the dead-letter stream.
+    DeadLettered,
+    /// Not pending at this consumer any more: acknowledged, dead-lettered, or reclaimed by
+    /// another consumer after the visibility timeout (left to that one).
+    NotHeld,
+}
+
 /// One delivered stream entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamMessage {
@@ -439,16 +454,31 @@ return n
 "#;
 
 const NACK: &str = r#"#!lua flags=allow-oom
-local stream, due_key = KEYS[1], KEYS[2]
-local group, retry, id = ARGV[1], ARGV[2], ARGV[3]
-local idle, due_in = tonumber(ARGV[4]), tonumber(ARGV[5])
-local n = #redis.call('XCLAIM', stream, group, retry, 0, id, 'IDLE', idle, 'JUSTID')
-if n == 1 and due_in > 0 then
+local stream, due_key, dlq, dead_count = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, consumer, retry, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local idle, due_in = tonumber(ARGV[5]), tonumber(ARGV[6])
+local max_deliveries, delete = tonumber(ARGV[7]), ARGV[8] == '1'
+local p = redis.call('XPENDING', stream, group, id, id, 1)
+if not p[1] or p[1][2] ~= consumer then return 0 end
+local deliveries = p[1][4]
+if deliveries >= max_deliveries then
+  local e = redis.call('XRANGE', stream, id, id)
+  local fields = {}
+  if e[1] then fields = e[1][2] end
+  redis.call('XADD', dlq, '*', 'source_id', id, 'deliveries', deliveries, unpack(fields))
+  redis.call('XACK', stream, group, id)
+  if delete then redis.call('XDEL', stream, id) end
+  redis.call('INCR', dead_count)
+  redis.call('ZREM', due_key, id)
+  return 2
+end
+redis.call('XCLAIM', stream, group, retry, 0, id, 'IDLE', idle, 'JUSTID')
+if due_in > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZADD', due_key, now + due_in, id)
 end
-return n
+return 1
 "#;
 
 const STATS: &str = r#"
@@ -694,22 +724,30 @@ impl RedisStreamsSource {
         Ok(n == 1)
     }
 
-    /// Hands message `id` back for a redelivery `delay` from now (see the
-    /// [module docs](self)); false when it was no longer pending (acknowledged or
-    /// dead-lettered meanwhile).
-    pub async fn nack_id(&self, id: &str, delay: Duration) -> Result<bool, RedisStreamsError> {
+    /// Hands message `id` back for a redelivery `delay` from now, or dead-letters it if this
+    /// was its last delivery (see the [module docs](self)).
+    pub async fn nack_id(&self, id: &str, delay: Duration) -> Result<Nacked, RedisStreamsError> {
         let cfg = &self.config;
         let plan = nack_plan(delay, cfg.visibility_timeout);
         let mut invocation = self.nack.key(&cfg.stream);
         invocation
             .key(cfg.state_key("retry-due"))
+            .key(cfg.dead_letter_key())
+            .key(cfg.state_key("dead-letters"))
             .arg(&cfg.group)
+            .arg(&cfg.consumer)
             .arg(RETRY_CONSUMER)
             .arg(id)
             .arg(plan.idle_ms)
-            .arg(plan.due_in_ms);
+            .arg(plan.due_in_ms)
+            .arg(cfg.max_deliveries)
+            .arg(if cfg.delete_on_ack { "1" } else { "0" });
         let n: i64 = self.run(&invocation).await?;
-        Ok(n == 1)
+        Ok(match n {
+            1 => Nacked::Retry,
+            2 => Nacked::DeadLettered,
+            _ => Nacked::NotHeld,
+        })
     }
 
     /// Reads the queue's counters and gauges (for this group) in one round trip.
