@@ -460,3 +460,37 @@ async fn nacked_messages_wait_under_the_retry_consumer_and_the_stats_export() {
         "{text}"
     );
 }
+
+/// The source's connections are made again after Redis dropped them (a failover, a restart
+/// behind the same address, `CLIENT KILL`): at most the first call after fails.
+#[tokio::test]
+async fn the_source_reconnects_after_its_connections_are_dropped() {
+    let redis = Redis::start("reconnect");
+    let s = source(&redis, config("c")).await;
+    produce(&s, 2).await;
+    let first = s.fetch(1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    let mut c = raw(&redis).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "{killed}");
+    let mut failures = 0;
+    let second = loop {
+        match s.fetch(1).await {
+            Ok(m) => break m,
+            Err(e) => {
+                failures += 1;
+                assert!(failures < 2, "not reconnected: {e}");
+            }
+        }
+    };
+    assert_eq!(second.len(), 1);
+    assert!(s.ack_id(&first[0].id).await.unwrap());
+    assert!(s.ack_id(&second[0].id).await.unwrap());
+    assert_eq!(s.stats().await.unwrap().completions, 2);
+}
