@@ -14,6 +14,14 @@
 //!     is delivered again after the visibility timeout and is not counted as in flight;
 //!   - `stats` reads everything the exporter needs in one round trip.
 //!
+//! The worker library's Redis Streams source (`backpressure_worker::sources::redis_streams`)
+//! grew from these scripts. The lab keeps its own queue: its recorder reads the counters under
+//! `<prefix>:` (`completed`, `deadcount`) and the conservation check below, one `Queue` serves
+//! every consumer, and its workers nack without a receive count, so the library's redelivery
+//! backoff does not apply to them; moving the workers to the library source would change what
+//! the recorded scenarios measure (redeliveries minutes later instead of after the visibility
+//! timeout), which is a decision for the scenarios, not a refactoring.
+//!
 //! Because acknowledged and dead-lettered messages are deleted from the stream, every message
 //! ever produced is in exactly one place: `produced = completed + dead_lettered + in the stream`.
 //!
@@ -34,7 +42,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use backpressure_envtest::process::{Supervised, free_port};
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 
@@ -91,88 +98,29 @@ impl Memory {
     }
 }
 
-/// A running `redis-server`.
+/// A running `redis-server` (the harness in [`backpressure_envtest::redis`], shared with the
+/// worker library's Redis Streams tests).
 #[derive(Debug)]
-pub struct RedisServer {
-    port: u16,
-    process: Supervised,
-}
+pub struct RedisServer(backpressure_envtest::RedisServer);
 
 impl RedisServer {
-    /// Starts `redis-server` (from the PATH or /usr/bin) on a free loopback port, with no
-    /// persistence, its files in `dir`.
+    /// Starts `redis-server` (from /usr/bin or /usr/local/bin) on a free loopback port, with no
+    /// persistence, its files in `dir`; Redis 7.0 or later (the scripts are flagged allow-oom).
     pub fn start(dir: &Path) -> Result<Self, QueueError> {
-        let binary = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
-            .iter()
-            .map(std::path::PathBuf::from)
-            .find(|p| p.is_file())
-            .ok_or_else(|| {
-                QueueError::Server(
-                    "redis-server not found; install the Debian package redis-server (make deps)"
-                        .into(),
-                )
-            })?;
-        // The queue's scripts carry Redis 7 flags (`#!lua flags=allow-oom`, module docs): an
-        // older server would refuse every one of them.
-        let version = std::process::Command::new(&binary)
-            .arg("--version")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        if let Some(major) = server_major_version(&version)
-            && major < 7
-        {
-            return Err(QueueError::Server(format!(
-                "Redis 7.0 or later is needed (the queue's scripts are flagged allow-oom); found {}",
-                version.trim()
-            )));
-        }
-        std::fs::create_dir_all(dir).map_err(|e| QueueError::Server(e.to_string()))?;
-        let port = free_port().map_err(|e| QueueError::Server(e.to_string()))?;
-        let args: Vec<String> = vec![
-            "--port".into(),
-            port.to_string(),
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--protected-mode".into(),
-            "yes".into(),
-            "--save".into(),
-            String::new(),
-            "--appendonly".into(),
-            "no".into(),
-            "--dir".into(),
-            dir.display().to_string(),
-            "--daemonize".into(),
-            "no".into(),
-            "--loglevel".into(),
-            "warning".into(),
-        ];
-        let process = Supervised::spawn("redis-server", &binary, &args, &dir.join("redis.log"))
-            .map_err(|e| QueueError::Server(e.to_string()))?;
-        if !backpressure_envtest::process::wait_for_port(port, Duration::from_secs(20)) {
-            return Err(QueueError::Server(format!(
-                "not listening after 20 s:\n{}",
-                process.log_tail(20)
-            )));
-        }
-        Ok(Self { port, process })
+        backpressure_envtest::RedisServer::start(dir)
+            .map(Self)
+            .map_err(|e| QueueError::Server(e.to_string()))
     }
 
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        self.0.url()
     }
 
     /// Stops the server.
     pub fn stop(&mut self) {
-        self.process.stop();
+        self.0.stop();
     }
-}
-
-/// The major version in `redis-server --version` (`Redis server v=7.0.15 sha=...`).
-pub fn server_major_version(version: &str) -> Option<u32> {
-    let v = version.split("v=").nth(1)?;
-    v.split('.').next()?.parse().ok()
 }
 
 /// One delivered message.
@@ -528,16 +476,6 @@ mod tests {
         assert_eq!(s.depth(), 3);
         assert!(s.conserved());
         assert!(!QueueStats { completed: 6, ..s }.conserved());
-    }
-
-    #[test]
-    fn server_version() {
-        assert_eq!(
-            server_major_version("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0"),
-            Some(7)
-        );
-        assert_eq!(server_major_version("Redis server v=6.0.16 sha=0"), Some(6));
-        assert_eq!(server_major_version("something else"), None);
     }
 
     #[test]

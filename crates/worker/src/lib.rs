@@ -23,6 +23,8 @@
 //! - [`producer`]: the other end of the queue, the [`ProducerGate`](producer::ProducerGate) a
 //!   producer passes before every send, so the operator can pause or throttle it while the
 //!   queue is above its high watermark (pushed to the same admin server, or read from a file).
+//! - [`sources`]: [`Source`](worker_loop::Source)s for real queues, each behind a cargo feature
+//!   off by default (`redis-streams`: a Redis stream and consumer group).
 //!
 //! How to choose the set point and the reaction size (and size the DLQ):
 //! `docs/choosing-s-and-n.md` in this crate.
@@ -82,4 +84,5 @@ pub mod controller;
 pub mod metrics;
 pub mod permits;
 pub mod producer;
+pub mod sources;
 pub mod worker_loop;
