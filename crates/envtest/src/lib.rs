@@ -30,6 +30,7 @@ mod keda;
 mod pki;
 pub mod process;
 mod prometheus;
+pub mod sqs;
 
 pub use keda::{HpaControllerFlags, KEDA_NAMESPACE, KEDA_VERSION, Keda, keda_bin_dir};
 pub use pki::Pki;
