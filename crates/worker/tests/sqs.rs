@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use backpressure_api::v1alpha1::Algorithm;
+use backpressure_api::wire::WorkerConfig;
 use backpressure_envtest::sqs::{ACCESS_KEY_ID, ACCOUNT, Moto, REGION, SECRET_ACCESS_KEY};
 use backpressure_worker::controller::{self, Outcome, Settings};
 use backpressure_worker::permits::Gate;
@@ -55,11 +57,12 @@ async fn counts(client: &SqsClient, url: &str) -> (u64, u64) {
 }
 
 fn fixed(permits: u32) -> Settings {
-    Settings {
-        algorithm: controller::Algorithm::Fixed,
+    Settings::from_config(&WorkerConfig {
+        algorithm: Algorithm::Fixed,
         max_permits: permits,
-        ..Settings::steady()
-    }
+        initial_permits: Some(permits),
+        ..WorkerConfig::default()
+    })
 }
 
 /// Succeeds on `ok-*`, fails `poison-*` as a message failure; remembers every delivery.
