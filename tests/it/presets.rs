@@ -791,7 +791,8 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
     let _serial = serial().await;
     let mut w = World::builder("sqspreset").replicas(2).start().await;
     w.fleet.set(steady);
-    let dir = std::env::temp_dir().join(format!("bp-sqs-preset-{}", backpressure_envtest::unique()));
+    let dir =
+        std::env::temp_dir().join(format!("bp-sqs-preset-{}", backpressure_envtest::unique()));
     std::fs::create_dir_all(&dir).unwrap();
     let moto = Moto::start(&dir).unwrap();
     let sqs = SqsClient::new(
@@ -883,6 +884,14 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
         .await;
     let fleet = s.fleet.clone().unwrap_or_default();
     let visible = source.poll_depth().await.unwrap() as f64;
+    eprintln!(
+        "sqs preset: depth {:?} (SQS: {visible}), arrivals {:?}/s, completions {:?}/s, age {:?} s, desired {:?}",
+        fleet.queue_depth,
+        fleet.arrival_rate,
+        fleet.completion_rate,
+        fleet.queue_age,
+        s.replicas.as_ref().map(|r| r.desired)
+    );
     let depth = fleet.queue_depth.unwrap();
     assert!(
         depth > 10.0 && (depth - visible).abs() <= 0.5 * visible,

@@ -64,7 +64,12 @@ impl Moto {
         let process = Supervised::spawn(
             "moto",
             &bin,
-            &["-H".into(), "127.0.0.1".into(), "-p".into(), port.to_string()],
+            &[
+                "-H".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.to_string(),
+            ],
             &log,
         )?;
         let timeout = Duration::from_secs(30);

@@ -17,10 +17,7 @@ use backpressure_worker::sources::sqs::{Credentials, SqsClient, SqsMessage, SqsS
 use backpressure_worker::worker_loop::{Handler, Source, WorkerLoop};
 
 fn dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "bp-sqs-{name}-{}",
-        backpressure_envtest::unique()
-    ));
+    let d = std::env::temp_dir().join(format!("bp-sqs-{name}-{}", backpressure_envtest::unique()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -93,7 +90,10 @@ async fn every_message_is_deleted_once_or_dead_lettered_by_the_redrive_policy() 
     let d = dir("loop");
     let moto = Moto::start(&d).unwrap();
     let sqs = client(&moto);
-    let dlq = sqs.create_queue("orders-dlq", &BTreeMap::new()).await.unwrap();
+    let dlq = sqs
+        .create_queue("orders-dlq", &BTreeMap::new())
+        .await
+        .unwrap();
     let redrive = format!(
         r#"{{"deadLetterTargetArn":"arn:aws:sqs:{REGION}:{ACCOUNT}:orders-dlq","maxReceiveCount":"3"}}"#
     );
@@ -112,7 +112,9 @@ async fn every_message_is_deleted_once_or_dead_lettered_by_the_redrive_policy() 
         sqs.send_message(&url, &format!("ok-{i}")).await.unwrap();
     }
     for i in 0..4 {
-        sqs.send_message(&url, &format!("poison-{i}")).await.unwrap();
+        sqs.send_message(&url, &format!("poison-{i}"))
+            .await
+            .unwrap();
     }
     assert_eq!(counts(&sqs, &url).await, (29, 0));
 
@@ -163,10 +165,7 @@ async fn every_message_is_deleted_once_or_dead_lettered_by_the_redrive_policy() 
     assert_eq!(stats.settle_errors, 0);
     let mut dead: Vec<String> = Vec::new();
     for _ in 0..10 {
-        let got = sqs
-            .receive_message(&dlq, 10, Duration::ZERO)
-            .await
-            .unwrap();
+        let got = sqs.receive_message(&dlq, 10, Duration::ZERO).await.unwrap();
         if got.is_empty() && dead.len() >= 4 {
             break;
         }
@@ -231,7 +230,10 @@ async fn a_held_worker_receives_nothing_and_nack_after_delays_the_redelivery() {
         if let Some(m) = same.into_iter().next() {
             break m;
         }
-        assert!(nacked.elapsed() < Duration::from_secs(15), "{body} never came back");
+        assert!(
+            nacked.elapsed() < Duration::from_secs(15),
+            "{body} never came back"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let waited = nacked.elapsed();

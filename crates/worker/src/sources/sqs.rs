@@ -4,17 +4,17 @@
 //!
 //! # Semantics
 //!
-//! - [`Source::poll`]: `ReceiveMessage` with `MaxNumberOfMessages = min(max, 10)` and a short
+//! - [`Source::poll`] is `ReceiveMessage` with `MaxNumberOfMessages = min(max, 10)` and a short
 //!   `WaitTimeSeconds` (long polling, [`SqsSource::wait_time`]); no prefetch, so a held worker
 //!   (no permits) receives nothing and the backlog stays in SQS.
-//! - [`Source::ack`]: `DeleteMessage`.
-//! - [`Source::nack`]: `ChangeMessageVisibility` to 0 (visible again at once).
-//! - [`Source::nack_after`]: `ChangeMessageVisibility` to the delay (at most 12 h, SQS' limit),
+//! - [`Source::ack`] is `DeleteMessage`.
+//! - [`Source::nack`] is `ChangeMessageVisibility` to 0 (visible again at once).
+//! - [`Source::nack_after`] is `ChangeMessageVisibility` to the delay (at most 12 h, SQS' limit),
 //!   so the worker loop's redelivery backoff spaces the deliveries.
-//! - [`Source::receive_count`]: the message's `ApproximateReceiveCount`.
-//! - Dead letters: SQS moves a message to the dead-letter queue of the queue's
-//!   `RedrivePolicy` (`maxReceiveCount`) when it is received once more than that; the source
-//!   does nothing of its own. A queue without a redrive policy redelivers a failing message
+//! - [`Source::receive_count`] is the message's `ApproximateReceiveCount`.
+//! - Dead letters: a message received `maxReceiveCount` times (the queue's `RedrivePolicy`)
+//!   and still not deleted is moved by SQS to the policy's dead-letter queue instead of being
+//!   delivered again; the source does nothing of its own. A queue without a redrive policy redelivers a failing message
 //!   until its retention period ends.
 //!
 //! # Configuration
