@@ -753,7 +753,7 @@ async fn serve_metrics(
 
 /// The SQS preset end to end, without CloudWatch: a real SQS-compatible server (moto,
 /// `tools/sqs/moto.sh`), a producer sending 5 messages a second, an in-process consumer (the
-/// worker library's SQS source in a `WorkerLoop`, 2 permits, 1 s a message: 2 a second) whose
+/// worker library's SQS source in a `WorkerLoop`, 2 permits, 1 s a message: at most 2 a second) whose
 /// metrics endpoint exports the queue's depth (`GetQueueAttributes`), deletes and first
 /// receives, a real Prometheus scraping it, and the operator reading the queue only through
 /// `spec.queue: {system: SQS, sqs: {exporter: Worker}}`. The backlog grows: the object reports
@@ -903,15 +903,19 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
         (3.0..=8.0).contains(&arrival),
         "arrivals {arrival}/s, 5/s sent"
     );
+    // At most 2/s (2 permits, 1 s a message); against moto the loop finishes about 1.3/s
+    // (one message per receive, each receive a round trip), and the first seconds are in the
+    // rate window: 0.9 to 1.2/s seen about 15 s in.
     assert!(
-        (1.0..=3.0).contains(&completion),
-        "completions {completion}/s, 2/s deleted"
+        (0.5..=3.0).contains(&completion),
+        "completions {completion}/s, at most 2/s deleted"
     );
-    // The estimate: the visible messages at the rate they are first received (2/s).
+    // The estimate: the visible messages at the rate they are first received (0.5 to 3/s,
+    // as the completions).
     let age = fleet.queue_age.unwrap();
     assert!(
-        age.is_finite() && age > 0.25 * depth && age < depth,
-        "age {age}: depth {depth} at about 2 first receives a second"
+        age.is_finite() && age > depth / 3.5 && age < depth / 0.4,
+        "age {age}: depth {depth} at 0.5 to 3 first receives a second"
     );
     assert!(source.metrics().completions() > 0);
     let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
@@ -953,6 +957,7 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
     endpoint.abort();
     stop_tx.send(()).unwrap();
     let stats = consumer.await.unwrap();
+    eprintln!("sqs preset: consumer {stats:?}");
     assert_eq!(stats.settle_errors, 0, "{stats:?}");
     drop(moto);
     let _ = std::fs::remove_dir_all(&dir);
