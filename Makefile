@@ -80,7 +80,7 @@ manifests: k8s-bins ## Render and lint the kustomize tree and the Helm chart
 UNIT_TESTS := \
   -p backpressure-core -p backpressure-api -p backpressure-sim --all-targets ::: \
   -p backpressure-conformance --all-targets ::: \
-  -p backpressure-worker --lib --bins --test hostile_config --test no_alloc ::: \
+  -p backpressure-worker --features sqs --lib --bins --test hostile_config --test no_alloc ::: \
   -p backpressure-operator --lib --bins ::: \
   -p backpressure-lab --lib --bins -- --skip real_redis_semantics
 
