@@ -23,7 +23,7 @@ help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: ## Install system packages (Prometheus, Redis) if missing
+deps: ## Install system packages (Prometheus, Redis) if missing, and moto (SQS) into its cached venv
 	@missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
@@ -36,6 +36,8 @@ deps: ## Install system packages (Prometheus, Redis) if missing
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
 	fi
 	@command -v go >/dev/null || { echo "deps: Go is required to build the Kubernetes binaries (tools/k8s)"; exit 1; }
+	@command -v python3 >/dev/null || { echo "deps: Python 3 is required for moto, the SQS-compatible test server (tools/sqs/moto.sh)"; exit 1; }
+	@tools/sqs/moto.sh >/dev/null
 	@command -v $(CARGO) >/dev/null || { echo "deps: Rust (cargo) is required"; exit 1; }
 
 .PHONY: k8s-bins
@@ -78,7 +80,7 @@ manifests: k8s-bins ## Render and lint the kustomize tree and the Helm chart
 UNIT_TESTS := \
   -p backpressure-core -p backpressure-api -p backpressure-sim --all-targets ::: \
   -p backpressure-conformance --all-targets ::: \
-  -p backpressure-worker --lib --bins --test hostile_config --test no_alloc ::: \
+  -p backpressure-worker --features sqs --lib --bins --test hostile_config --test no_alloc ::: \
   -p backpressure-operator --lib --bins ::: \
   -p backpressure-lab --lib --bins -- --skip real_redis_semantics
 

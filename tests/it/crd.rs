@@ -593,6 +593,10 @@ async fn queue_presets_are_validated_naming_the_field() {
             json!({"system": "SQS", "sqs": {"queue": "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", "exporter": "CloudWatchExporter", "period": "5m"}}),
         ),
         (
+            "sqs-worker",
+            json!({"system": "SQS", "sqs": {"queue": "orders", "exporter": "Worker"}}),
+        ),
+        (
             "kafka",
             json!({"system": "Kafka", "kafka": {"topic": "orders.v1", "consumerGroup": "workers", "exporter": "KMinion", "partitions": 12}, "exporter": {"job": "kminion"}, "staleAfter": "2m"}),
         ),

@@ -154,6 +154,47 @@ fn cases() -> Vec<Case> {
             ],
         },
         Case {
+            // Two replicas of the worker library's SQS source: each polls the queue's depth
+            // (600, growing 1/s) and counts its own first receives (2/s and 1/s) and deletes
+            // (1/s each).
+            name: "SQS (Worker)",
+            queue: json!({"system": "SQS", "sqs": {"queue": "orders", "exporter": "Worker"}}),
+            series: vec![
+                (
+                    r#"backpressure_queue_depth{queue="orders",workload="export-worker",pod="w-a"}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"backpressure_queue_depth{queue="orders",workload="export-worker",pod="w-b"}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"backpressure_sqs_first_receives_total{queue="orders",workload="export-worker",pod="w-a"}"#,
+                    "0+30x40",
+                ),
+                (
+                    r#"backpressure_sqs_first_receives_total{queue="orders",workload="export-worker",pod="w-b"}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"backpressure_queue_completions_total{queue="orders",workload="export-worker",pod="w-a"}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"backpressure_queue_completions_total{queue="orders",workload="export-worker",pod="w-b"}"#,
+                    "0+15x40",
+                ),
+            ],
+            expect: vec![
+                // 600 visible at 3 first receives a second.
+                ("queueAge", 200.0),
+                ("queueDepth", 600.0),
+                // 3 first receives a second plus 1 a second more visible.
+                ("arrivalRate", 4.0),
+                ("completionRate", 2.0),
+            ],
+        },
+        Case {
             name: "SQS (cloudwatch_exporter)",
             queue: json!({"system": "SQS", "sqs": {"queue": "orders", "exporter": "CloudWatchExporter"}}),
             series: vec![
@@ -337,6 +378,21 @@ fn every_preset_answers_what_it_documents_on_prometheus_own_engine() {
             // The same queue's series in another namespace, far off: never read.
             input.push(json!({"series": in_namespace(series, "other"), "values": "1e9+0x40"}));
         }
+        // Series of the worker library carry its workload label: their timestamps are dated
+        // per (namespace, workload).
+        let ns_group: &[(&str, &str)] = if case
+            .series
+            .iter()
+            .all(|(s, _)| s.contains(r#"workload="export-worker""#))
+        {
+            &[
+                ("bp_sample", "timestamp"),
+                ("namespace", "shop"),
+                ("workload", "export-worker"),
+            ]
+        } else {
+            &[("bp_sample", "timestamp"), ("namespace", "shop")]
+        };
         let mut exprs = Vec::new();
         for (kind, want) in &case.expect {
             let text =
@@ -349,7 +405,7 @@ fn every_preset_answers_what_it_documents_on_prometheus_own_engine() {
                 "eval_time": "10m",
                 "exp_samples": [
                     {"labels": labels(&[("namespace", "shop"), ("workload", "export-worker")]), "value": want},
-                    {"labels": labels(&[("bp_sample", "timestamp"), ("namespace", "shop")]), "value": 600},
+                    {"labels": labels(ns_group), "value": 600},
                     {"labels": labels(&[("bp_sample", "timestamp"), ("bp_scope", "query")]), "value": 600},
                 ],
             }));
@@ -378,7 +434,7 @@ fn every_preset_answers_what_it_documents_on_prometheus_own_engine() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "promtool test rules:\n{text}");
-    assert_eq!(checked, 30, "every kind of every preset is checked");
+    assert_eq!(checked, 34, "every kind of every preset is checked");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -662,5 +718,247 @@ async fn redis_streams_preset_sizes_the_target_from_a_real_stream() {
     .await;
     running.store(false, Ordering::Relaxed);
     traffic.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Serves `metrics` as a Prometheus text exposition on `127.0.0.1:port` until aborted.
+async fn serve_metrics(
+    port: u16,
+    metrics: backpressure_worker::metrics::Metrics,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let body = metrics.encode();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(body.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    })
+}
+
+/// The SQS preset end to end, without CloudWatch: a real SQS-compatible server (moto,
+/// `tools/sqs/moto.sh`), a producer sending 5 messages a second, an in-process consumer (the
+/// worker library's SQS source in a `WorkerLoop`, 2 permits, 1 s a message: at most 2 a second) whose
+/// metrics endpoint exports the queue's depth (`GetQueueAttributes`), deletes and first
+/// receives, a real Prometheus scraping it, and the operator reading the queue only through
+/// `spec.queue: {system: SQS, sqs: {exporter: Worker}}`. The backlog grows: the object reports
+/// the queue's depth and the rates and scales the target out. The endpoint goes away:
+/// MetricsUnavailable, replicas kept; it is back: metrics again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_preset_sizes_the_target_from_a_real_queue() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use backpressure_api::conditions as cond;
+    use backpressure_api::v1alpha1::{Algorithm, Regime};
+    use backpressure_api::wire::WorkerConfig;
+    use backpressure_envtest::sqs::{ACCESS_KEY_ID, Moto, REGION, SECRET_ACCESS_KEY};
+    use backpressure_worker::controller::{self, Outcome, Settings};
+    use backpressure_worker::metrics::{Metrics, Parts};
+    use backpressure_worker::permits::Gate;
+    use backpressure_worker::sources::sqs::{Credentials, SqsClient, SqsMessage, SqsSource};
+    use backpressure_worker::worker_loop::{Handler, WorkerLoop};
+
+    use crate::common::fleet::steady;
+    use crate::common::scene::{condition, has_condition};
+    use crate::common::serial;
+    use crate::common::world::{W, World};
+
+    struct OneSecond;
+    impl Handler<SqsMessage> for OneSecond {
+        async fn handle(&self, _m: &SqsMessage) -> Outcome {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Outcome::Success
+        }
+    }
+
+    let _serial = serial().await;
+    let mut w = World::builder("sqspreset").replicas(2).start().await;
+    w.fleet.set(steady);
+    let dir =
+        std::env::temp_dir().join(format!("bp-sqs-preset-{}", backpressure_envtest::unique()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let moto = Moto::start(&dir).unwrap();
+    let sqs = SqsClient::new(
+        &moto.endpoint(),
+        REGION,
+        Credentials {
+            access_key_id: ACCESS_KEY_ID.into(),
+            secret_access_key: SECRET_ACCESS_KEY.into(),
+            session_token: None,
+        },
+    )
+    .unwrap();
+    let url = sqs
+        .create_queue(
+            "orders",
+            &BTreeMap::from([("VisibilityTimeout".to_owned(), "30".to_owned())]),
+        )
+        .await
+        .unwrap();
+
+    // The consumer: the library's source and loop, its queue series on a metrics endpoint.
+    let source = Arc::new(SqsSource::new(sqs.clone(), url.clone()));
+    let metrics = Metrics::with_parts(
+        W,
+        Parts {
+            worker: false,
+            producer: false,
+        },
+        |r| source.metrics().register(r, "orders"),
+    );
+    let depth_watch = tokio::spawn(source.clone().watch_depth(Duration::from_secs(1)));
+    let settings = Settings::from_config(&WorkerConfig {
+        algorithm: Algorithm::Fixed,
+        max_permits: 2,
+        initial_permits: Some(2),
+        ..WorkerConfig::default()
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let consumer = tokio::spawn(
+        WorkerLoop::new(
+            source.clone(),
+            Arc::new(OneSecond),
+            Gate::new(controller::build(settings, 1)),
+        )
+        .run(async move {
+            let _ = stop_rx.await;
+        }),
+    );
+    let port = backpressure_envtest::process::free_port().unwrap();
+    let endpoint = serve_metrics(port, metrics.clone()).await;
+    let target = backpressure_envtest::ScrapeTarget {
+        address: format!("127.0.0.1:{port}"),
+        labels: BTreeMap::from([("namespace".to_owned(), w.scene.ns.clone())]),
+    };
+    w.prom.set_targets(&[w.fleet.target(), target]).unwrap();
+
+    // 5 messages a second arrive.
+    let producer = {
+        let (sqs, url) = (sqs.clone(), url.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                for _ in 0..5 {
+                    sqs.send_message(&url, "x").await.unwrap();
+                }
+            }
+        })
+    };
+    w.prom
+        .wait_for_series("backpressure_queue_depth", Duration::from_secs(30))
+        .unwrap();
+
+    w.apply(json!({
+        "queue": {"system": "SQS", "sqs": {"queue": "orders", "exporter": "Worker"}},
+    }))
+    .await;
+    w.start_operator().await;
+
+    let s = w
+        .wait_status(
+            Duration::from_secs(90),
+            "scaled out for the queue's backlog",
+            |s| {
+                s.regime == Some(Regime::Backlogged)
+                    && s.replicas.as_ref().is_some_and(|r| r.desired > 2)
+            },
+        )
+        .await;
+    let fleet = s.fleet.clone().unwrap_or_default();
+    let visible = source.poll_depth().await.unwrap() as f64;
+    eprintln!(
+        "sqs preset: depth {:?} (SQS: {visible}), arrivals {:?}/s, completions {:?}/s, age {:?} s, desired {:?}",
+        fleet.queue_depth,
+        fleet.arrival_rate,
+        fleet.completion_rate,
+        fleet.queue_age,
+        s.replicas.as_ref().map(|r| r.desired)
+    );
+    let depth = fleet.queue_depth.unwrap();
+    assert!(
+        depth > 10.0 && (depth - visible).abs() <= 0.5 * visible,
+        "depth {depth} should be the queue's ApproximateNumberOfMessages ({visible} now)"
+    );
+    let arrival = fleet.arrival_rate.unwrap();
+    let completion = fleet.completion_rate.unwrap();
+    assert!(
+        (3.0..=8.0).contains(&arrival),
+        "arrivals {arrival}/s, 5/s sent"
+    );
+    // At most 2/s (2 permits, 1 s a message); against moto the loop finishes about 1.3/s
+    // (one message per receive, each receive a round trip), and the first seconds are in the
+    // rate window: 0.9 to 1.2/s seen about 15 s in.
+    assert!(
+        (0.5..=3.0).contains(&completion),
+        "completions {completion}/s, at most 2/s deleted"
+    );
+    // The estimate: the visible messages at the rate they are first received (0.5 to 3/s,
+    // as the completions).
+    let age = fleet.queue_age.unwrap();
+    assert!(
+        age.is_finite() && age > depth / 3.5 && age < depth / 0.4,
+        "age {age}: depth {depth} at 0.5 to 3 first receives a second"
+    );
+    assert!(source.metrics().completions() > 0);
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert_eq!(c.status, "True", "{}", c.message);
+
+    // The metrics endpoint goes away: the queue's series are stale, the queue is unknown.
+    endpoint.abort();
+    let _ = endpoint.await;
+    let s = w
+        .wait_status(
+            Duration::from_secs(40),
+            "MetricsUnavailable without the metrics endpoint",
+            |s| {
+                s.regime == Some(Regime::MetricsUnavailable)
+                    && has_condition(s, cond::METRICS_AVAILABLE, "False")
+            },
+        )
+        .await;
+    let held = w.scene.replicas("w").await;
+    for _ in 0..8 {
+        assert_eq!(
+            w.scene.replicas("w").await,
+            held,
+            "replicas changed without queue metrics"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert!(c.message.contains("queue"), "{}", c.message);
+
+    let endpoint = serve_metrics(port, metrics.clone()).await;
+    w.wait_status(Duration::from_secs(40), "queue metrics again", |s| {
+        has_condition(s, cond::METRICS_AVAILABLE, "True")
+            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
+    })
+    .await;
+    producer.abort();
+    depth_watch.abort();
+    endpoint.abort();
+    stop_tx.send(()).unwrap();
+    let stats = consumer.await.unwrap();
+    eprintln!("sqs preset: consumer {stats:?}");
+    assert_eq!(stats.settle_errors, 0, "{stats:?}");
+    drop(moto);
     let _ = std::fs::remove_dir_all(&dir);
 }

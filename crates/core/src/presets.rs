@@ -16,7 +16,8 @@
 //! |---|---|---|---|---|---|
 //! | Redis Streams | stream-ID time of the group's last delivered entry (upper bound) | group lag | `entries-added` | entries read − Δ pending | – |
 //! | RabbitMQ | **estimate**: ready / delivery rate | ready | published into the queue | acked | – |
-//! | SQS | `ApproximateAgeOfOldestMessage` | `ApproximateNumberOfMessagesVisible` | `NumberOfMessagesSent` / period | `NumberOfMessagesDeleted` / period | – |
+//! | SQS (CloudWatch) | `ApproximateAgeOfOldestMessage` | `ApproximateNumberOfMessagesVisible` | `NumberOfMessagesSent` / period | `NumberOfMessagesDeleted` / period | – |
+//! | SQS (`Worker`) | **estimate**: depth / first-receive rate | `ApproximateNumberOfMessages` polled by the workers | **estimate**: first receives + Δ depth | messages the workers deleted | – |
 //! | Kafka (kafka-lag-exporter) | lag in seconds (max over partitions) | lag in offsets | log-end offsets | committed offsets | partitions of the topic |
 //! | Kafka (KMinion) | **estimate**: lag / consumption rate | lag in offsets | high-water marks | committed offsets | partitions assigned in the group |
 //! | Pub/Sub | `oldest_unacked_message_age` | `num_undelivered_messages` | acks + Δ backlog | `ack_message_count` | – |
@@ -119,12 +120,40 @@ pub fn preset_queries(
         }
         QueueSource::Sqs {
             queue: name,
+            exporter: SqsExporter::Worker,
+            ..
+        } => {
+            let q = [("queue", name.as_str())];
+            let depth = b.sel("backpressure_queue_depth", &q);
+            let deleted = b.sel("backpressure_queue_completions_total", &q);
+            let first = b.sel("backpressure_sqs_first_receives_total", &q);
+            PresetQueries {
+                // No age outside CloudWatch: an estimate, the time the visible messages take at
+                // the rate they are first received (0 when none waits, unknown while nothing
+                // is received).
+                queue_age: Some(format!(
+                    "(max({depth}) == 0) or max({depth}) / sum(rate({first}[{w}]))"
+                )),
+                // Every replica polls `ApproximateNumberOfMessages` of the one queue.
+                queue_depth: Some(format!("max({depth})")),
+                // No counter of messages sent: those first received plus the growth of the
+                // visible messages.
+                arrival_rate: Some(format!(
+                    "clamp_min(sum(rate({first}[{w}])) + max(deriv({depth}[{w}])), 0)"
+                )),
+                completion_rate: Some(format!("sum(rate({deleted}[{w}]))")),
+                partitions: None,
+            }
+        }
+        QueueSource::Sqs {
+            queue: name,
             exporter,
             period,
         } => {
             let dim = match exporter {
                 SqsExporter::YACE => "dimension_QueueName",
                 SqsExporter::CloudWatchExporter => "queue_name",
+                SqsExporter::Worker => "queue",
             };
             let q = [(dim, name.as_str())];
             let age = b.sel("aws_sqs_approximate_age_of_oldest_message_maximum", &q);

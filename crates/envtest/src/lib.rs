@@ -31,6 +31,7 @@ mod pki;
 pub mod process;
 mod prometheus;
 pub mod redis;
+pub mod sqs;
 
 pub use keda::{HpaControllerFlags, KEDA_NAMESPACE, KEDA_VERSION, Keda, keda_bin_dir};
 pub use pki::Pki;

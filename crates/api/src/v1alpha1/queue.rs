@@ -163,8 +163,9 @@ pub struct SqsQueue {
     #[x_kube(validation = Rule::new("self.matches('^([A-Za-z0-9_-]{1,80}(\\\\.fifo)?|https://[^/]+/[0-9]+/[A-Za-z0-9_-]{1,80}(\\\\.fifo)?)$')").message("queue must be an SQS queue name (letters, digits, - and _, at most 80, optionally .fifo) or an https:// queue URL ending in one"))]
     pub queue: String,
     /// The exporter: `YACE` (yet-another-cloudwatch-exporter, the default; dimension label
-    /// `dimension_QueueName`) or `CloudWatchExporter` (prometheus/cloudwatch_exporter; label
-    /// `queue_name`).
+    /// `dimension_QueueName`), `CloudWatchExporter` (prometheus/cloudwatch_exporter; label
+    /// `queue_name`) or `Worker` (the worker library's SQS source, label `queue`; no
+    /// CloudWatch, `period` unused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exporter: Option<SqsExporter>,
     /// The CloudWatch period the exporter requests the `NumberOfMessagesSent` and
@@ -183,6 +184,11 @@ pub enum SqsExporter {
     YACE,
     /// prometheus/cloudwatch_exporter.
     CloudWatchExporter,
+    /// No CloudWatch: the worker library's SQS source exports what the workers see of the
+    /// queue (`backpressure_queue_depth` from `GetQueueAttributes`,
+    /// `backpressure_queue_completions_total`, `backpressure_sqs_first_receives_total`, label
+    /// `queue`); the age and the arrival rate are estimates (docs/queues.md).
+    Worker,
 }
 
 /// A Kafka topic consumed by a consumer group.

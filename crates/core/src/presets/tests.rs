@@ -81,6 +81,7 @@ fn every_preset() -> Vec<(&'static str, EffectiveQueue)> {
             "sqs-cloudwatch-exporter",
             sqs(SqsExporter::CloudWatchExporter),
         ),
+        ("sqs-worker", sqs(SqsExporter::Worker)),
         (
             "kafka-lag-exporter",
             kafka(KafkaExporter::KafkaLagExporter, None),

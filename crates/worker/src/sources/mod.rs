@@ -3,3 +3,5 @@
 
 #[cfg(feature = "redis-streams")]
 pub mod redis_streams;
+#[cfg(feature = "sqs")]
+pub mod sqs;
