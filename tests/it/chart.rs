@@ -1,11 +1,20 @@
 //! The chart's values schema (`charts/backpressure-operator/values.schema.json`): `helm
 //! install`/`template` with a wrong type, a value outside its enum or an unknown key (a typo)
 //! fails before anything is installed, with an error naming the key; the defaults and every
-//! documented key pass.
+//! documented key pass. The CRD upgrade path: `helm upgrade` from the previous chart version
+//! (taken from git) leaves this version's CRDs on a real API server, and `helm uninstall` keeps
+//! them.
 
 use std::process::Command;
+use std::time::Duration;
 
-use backpressure_envtest::{bin_dir, repo_root};
+use backpressure_envtest::{TestEnv, bin_dir, repo_root};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::common::crds::install_crds;
+use crate::common::serial;
 
 /// `helm template` of the chart with `sets`: Ok(stdout) or Err(stderr).
 fn template(sets: &[&str]) -> Result<String, String> {
@@ -116,4 +125,275 @@ fn the_image_can_be_pinned_by_digest_and_extra_volumes_mounted() {
         out.contains("image: \"registry.example/bp:1.2.3\""),
         "{out}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// CRD upgrade path: install the previous chart version, `helm upgrade` to this one, the CRDs on
+// the server are this version's.
+
+const CHART_DIR: &str = "charts/backpressure-operator";
+const CRD_NAMES: [&str; 2] = [
+    "workerbackpressures.backpressure.dev",
+    "backpressurepolicies.backpressure.dev",
+];
+
+/// `git` in the repository: Ok(stdout) or Err(stderr).
+fn git(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo_root())
+        .args(args)
+        .output()
+        .map_err(|e| format!("git {args:?}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The `version:` line of a Chart.yaml.
+fn chart_version(chart_yaml: &str) -> Option<String> {
+    chart_yaml
+        .lines()
+        .find_map(|l| l.strip_prefix("version:"))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+}
+
+/// The commit holding the previous chart version, and that version: the parent of the commit
+/// that introduced the working tree's version, or HEAD when that version is not committed yet.
+/// Err says why there is none (no git, a shallow clone, a single version in the history).
+fn previous_chart_commit() -> Result<(String, String), String> {
+    let current = chart_version(
+        &std::fs::read_to_string(repo_root().join(CHART_DIR).join("Chart.yaml"))
+            .map_err(|e| e.to_string())?,
+    )
+    .ok_or("no version in Chart.yaml")?;
+    let chart_yaml = format!("{CHART_DIR}/Chart.yaml");
+    let at = |commit: &str| {
+        git(&["show", &format!("{commit}:{chart_yaml}")])
+            .ok()
+            .and_then(|t| chart_version(&t))
+    };
+    let commits = git(&["log", "--format=%H", "--", &chart_yaml])?;
+    let mut introduced = None;
+    for c in commits.lines() {
+        match at(c) {
+            Some(v) if v == current => introduced = Some(c.to_owned()),
+            Some(v) => {
+                let commit = match &introduced {
+                    None => git(&["rev-parse", "HEAD"])?.trim().to_owned(),
+                    Some(i) => git(&["rev-parse", &format!("{i}^")])?.trim().to_owned(),
+                };
+                return Ok((commit, v));
+            }
+            None => break,
+        }
+    }
+    Err(format!(
+        "no chart version other than {current} in this checkout's history (a shallow clone?)"
+    ))
+}
+
+/// `helm` against the test API server: Ok(stdout) or Err(stderr).
+fn helm(kubeconfig: &std::path::Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(bin_dir().unwrap().join("helm"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Deletes the CRDs (and with them every object of their kinds) and waits until they are gone.
+async fn delete_crds(api: &Api<CustomResourceDefinition>) {
+    for name in CRD_NAMES {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => panic!("delete CRD {name}: {e}"),
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for name in CRD_NAMES {
+        while api.get_opt(name).await.unwrap().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "CRD {name} not deleted within 60s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Where two JSON values first differ (a JSON pointer) and the two values there.
+fn first_difference(at: &str, a: &Value, b: &Value) -> Option<(String, Value, Value)> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => x.keys().chain(y.keys()).find_map(|k| {
+            first_difference(
+                &format!("{at}/{k}"),
+                &x.get(k).cloned().unwrap_or(Value::Null),
+                &y.get(k).cloned().unwrap_or(Value::Null),
+            )
+        }),
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_difference(&format!("{at}/{i}"), p, q)),
+        _ => (a != b).then(|| (at.to_owned(), a.clone(), b.clone())),
+    }
+}
+
+#[tokio::test]
+async fn helm_upgrade_from_the_previous_chart_version_upgrades_the_crds() {
+    let (commit, previous) = match previous_chart_commit() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!(
+                "SKIPPED helm_upgrade_from_the_previous_chart_version_upgrades_the_crds: {why}; \
+                 the test needs a clone with history"
+            );
+            return;
+        }
+    };
+    let _serial = serial().await;
+    let env = TestEnv::shared();
+    let client = env.client().unwrap();
+    let kubeconfig = env.kubeconfig_path();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let (release, ns) = ("bp-upgrade", "bp-upgrade");
+    let _ = helm(
+        kubeconfig,
+        &["uninstall", release, "-n", ns, "--ignore-not-found"],
+    );
+
+    // The previous version from git, installed on a cluster without the CRDs (as a first
+    // install would find it).
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = Command::new("git")
+        .arg("-C")
+        .arg(repo_root())
+        .args(["archive", "--format=tar", &commit, CHART_DIR])
+        .output()
+        .unwrap();
+    assert!(archive.status.success(), "git archive {commit}");
+    let mut tar = Command::new("tar")
+        .args(["-x", "-C"])
+        .arg(tmp.path())
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(tar.stdin.as_mut().unwrap(), &archive.stdout).unwrap();
+    assert!(tar.wait().unwrap().success(), "tar -x");
+    let old_chart = tmp.path().join(CHART_DIR);
+    delete_crds(&crds).await;
+    helm(
+        kubeconfig,
+        &[
+            "install",
+            release,
+            old_chart.to_str().unwrap(),
+            "-n",
+            ns,
+            "--create-namespace",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("helm install of chart {previous} (commit {commit}): {e}"));
+    for name in CRD_NAMES {
+        assert!(
+            crds.get_opt(name).await.unwrap().is_some(),
+            "chart {previous} did not install CRD {name}"
+        );
+    }
+    // Whatever the previous version's schemas were, the server's now differ from this
+    // version's: the upgrade must write them.
+    for name in CRD_NAMES {
+        let stale = json!([{"op": "add",
+            "path": "/spec/versions/0/schema/openAPIV3Schema/description",
+            "value": format!("as installed by chart {previous}")}]);
+        crds.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(stale).unwrap()),
+        )
+        .await
+        .unwrap();
+    }
+
+    // The upgrade. CRDs a chart installed from crds/ carry no release ownership, so the first
+    // upgrade to a chart that renders them from templates adopts them (--take-ownership, as the
+    // README says); without it Helm refuses, naming the CRD.
+    let new_chart = repo_root().join(CHART_DIR);
+    let upgrade = |extra: &[&str]| {
+        let mut args = vec!["upgrade", release, new_chart.to_str().unwrap(), "-n", ns];
+        args.extend_from_slice(extra);
+        helm(kubeconfig, &args)
+    };
+    if old_chart.join("crds").is_dir() {
+        let refused = upgrade(&[]).expect_err("upgrade without --take-ownership");
+        assert!(
+            refused.contains("CustomResourceDefinition") && refused.contains("ownership"),
+            "{refused}"
+        );
+        upgrade(&["--take-ownership"]).unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+    } else {
+        upgrade(&[]).unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+    }
+
+    // The server's CRDs are this version's files, annotated keep and owned by the release.
+    for entry in std::fs::read_dir(new_chart.join("files/crds")).unwrap() {
+        let path = entry.unwrap().path();
+        let file: CustomResourceDefinition =
+            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let name = file.metadata.name.clone().unwrap();
+        let live = crds.get(&name).await.unwrap();
+        let (live_versions, file_versions) = (
+            serde_json::to_value(&live.spec.versions).unwrap(),
+            serde_json::to_value(&file.spec.versions).unwrap(),
+        );
+        assert!(
+            live.spec.versions == file.spec.versions,
+            "{name}: the server's versions differ from {} after the upgrade: {:?}",
+            path.display(),
+            first_difference("", &live_versions, &file_versions)
+        );
+        let annotations = live.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("helm.sh/resource-policy")
+                .map(String::as_str),
+            Some("keep"),
+            "{name}"
+        );
+        assert_eq!(
+            annotations
+                .get("meta.helm.sh/release-name")
+                .map(String::as_str),
+            Some(release),
+            "{name}"
+        );
+    }
+
+    // Uninstall keeps the CRDs (and so every object of their kinds).
+    helm(kubeconfig, &["uninstall", release, "-n", ns]).unwrap();
+    for name in CRD_NAMES {
+        let live = crds.get_opt(name).await.unwrap();
+        assert!(
+            live.is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+            "helm uninstall deleted CRD {name}"
+        );
+    }
+
+    // Leave the CRDs as the other tests install them, without a release's ownership.
+    delete_crds(&crds).await;
+    install_crds(&client).await;
 }

@@ -92,3 +92,19 @@ ServiceAccount user name as the API server sees it (what workers must accept on 
 {{- define "backpressure-operator.serviceAccountUser" -}}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "backpressure-operator.serviceAccountName" .) }}
 {{- end }}
+
+{{/*
+The metadata lines templates/crds.yaml puts into each generated CRD (replacing its
+"metadata:" line): the resource policy and the common labels.
+*/}}
+{{- define "backpressure-operator.crdMetadata" -}}
+{{ "\n" }}metadata:
+{{- if .Values.crds.keep }}
+  annotations:
+    helm.sh/resource-policy: keep
+{{- end }}
+  labels:
+    {{- include "backpressure-operator.commonLabels" . | nindent 4 }}
+    app.kubernetes.io/component: crd
+{{ "" }}
+{{- end }}
