@@ -3,14 +3,17 @@
 //! fails before anything is installed, with an error naming the key; the defaults and every
 //! documented key pass. The CRD upgrade path: `helm upgrade` from the previous chart version
 //! (taken from git) leaves this version's CRDs on a real API server, and `helm uninstall` keeps
-//! them.
+//! them. The optional NetworkPolicy, rendered and accepted by the API server.
 
 use std::process::Command;
 use std::time::Duration;
 
 use backpressure_envtest::{TestEnv, bin_dir, repo_root};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPort};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::common::crds::install_crds;
@@ -396,4 +399,133 @@ async fn helm_upgrade_from_the_previous_chart_version_upgrades_the_crds() {
     // Leave the CRDs as the other tests install them, without a release's ownership.
     delete_crds(&crds).await;
     install_crds(&client).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// NetworkPolicy: off by default; when enabled it selects the operator pods, admits the
+// metrics/health port from the configured peers, and lets out DNS, the API server, Prometheus
+// and the workers' admin port; the real API server accepts it as rendered.
+
+/// The objects of kind `kind` in a `helm template` output.
+fn of_kind<T: serde::de::DeserializeOwned>(rendered: &str, kind: &str) -> Vec<T> {
+    rendered
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
+        .filter(|d| d["kind"] == kind)
+        .map(|d| serde_yaml::from_value(d).unwrap())
+        .collect()
+}
+
+/// The TCP ports of a NetworkPolicy port list.
+fn tcp_ports(ports: Option<&Vec<NetworkPolicyPort>>) -> Vec<i32> {
+    ports
+        .into_iter()
+        .flatten()
+        .filter(|p| p.protocol.as_deref() == Some("TCP"))
+        .filter_map(|p| match &p.port {
+            Some(IntOrString::Int(n)) => Some(*n),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_network_policy_admits_prometheus_and_lets_out_the_api_server_prometheus_and_workers() {
+    let off = template(&[]).unwrap();
+    assert!(
+        of_kind::<NetworkPolicy>(&off, "NetworkPolicy").is_empty(),
+        "a NetworkPolicy rendered by default"
+    );
+
+    let out = template(&[
+        "networkPolicy.enabled=true",
+        "metrics.port=8443",
+        "networkPolicy.ingress.from[0].namespaceSelector.matchLabels.team=observability",
+        "networkPolicy.egress.apiServer.cidrs[0]=10.96.0.1/32",
+        "networkPolicy.egress.apiServer.ports={6443}",
+        "networkPolicy.egress.prometheus.ports={9091}",
+        "networkPolicy.egress.workers.ports={9464,9555}",
+    ])
+    .unwrap();
+    let mut policies: Vec<NetworkPolicy> = of_kind(&out, "NetworkPolicy");
+    assert_eq!(policies.len(), 1, "{out}");
+    let policy = policies.remove(0);
+    let deployment: &Deployment = &of_kind(&out, "Deployment")[0];
+    let spec = policy.spec.clone().unwrap();
+
+    // It selects exactly the operator's pods.
+    let pod_labels = deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    let selector = spec.pod_selector.clone().unwrap().match_labels.unwrap();
+    assert!(
+        selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "selector {selector:?} does not match the pod labels {pod_labels:?}"
+    );
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Ingress".to_owned(), "Egress".to_owned()][..])
+    );
+
+    // Ingress: the metrics port, from the configured peers only.
+    let ingress = spec.ingress.as_ref().unwrap();
+    assert_eq!(ingress.len(), 1, "{ingress:?}");
+    assert_eq!(tcp_ports(ingress[0].ports.as_ref()), vec![8443]);
+    let from = ingress[0].from.as_ref().unwrap();
+    assert_eq!(
+        from[0]
+            .namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()["team"],
+        "observability"
+    );
+
+    // Egress: DNS, the API server's address and port, Prometheus and both admin ports.
+    let egress = spec.egress.as_ref().unwrap();
+    let allows = |port: i32| {
+        egress
+            .iter()
+            .filter(move |r| tcp_ports(r.ports.as_ref()).contains(&port))
+    };
+    assert_eq!(allows(53).count(), 1, "DNS: {egress:?}");
+    let api = allows(6443).next().expect("an API server rule");
+    assert_eq!(
+        api.to.as_ref().unwrap()[0].ip_block.as_ref().unwrap().cidr,
+        "10.96.0.1/32"
+    );
+    assert_eq!(allows(443).count(), 0, "443 was replaced by 6443");
+    let prometheus = allows(9091).next().expect("a Prometheus rule");
+    assert!(prometheus.to.as_ref().is_some_and(|t| !t.is_empty()));
+    assert!(
+        allows(9464).next().is_some() && allows(9555).next().is_some(),
+        "{egress:?}"
+    );
+
+    // The real API server accepts it as rendered.
+    let _serial = serial().await;
+    let env = TestEnv::shared();
+    let ns = env.namespace("chart-np").await.unwrap();
+    let api: Api<NetworkPolicy> = Api::namespaced(env.client().unwrap(), &ns);
+    let mut object = policy.clone();
+    object.metadata.namespace = None;
+    let created = api
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("the API server refused the NetworkPolicy: {e}"));
+    assert_eq!(created.spec.as_ref().map(|s| &s.egress), Some(&spec.egress));
+    assert_eq!(
+        created.spec.as_ref().map(|s| &s.ingress),
+        Some(&spec.ingress)
+    );
 }
