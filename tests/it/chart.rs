@@ -19,12 +19,19 @@ use serde_json::{Value, json};
 use crate::common::crds::install_crds;
 use crate::common::serial;
 
-/// `helm template` of the chart with `sets`: Ok(stdout) or Err(stderr).
+/// `helm template` of the chart with `sets` for the test API server's Kubernetes version:
+/// Ok(stdout) or Err(stderr).
 fn template(sets: &[&str]) -> Result<String, String> {
+    template_for(backpressure_envtest::KUBERNETES_VERSION, sets)
+}
+
+/// `helm template` of the chart with `sets` for Kubernetes `kube_version`.
+fn template_for(kube_version: &str, sets: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(bin_dir().unwrap().join("helm"));
     cmd.args(["template", "bp"])
         .arg(repo_root().join("charts/backpressure-operator"))
-        .args(["--namespace", "bp-system"]);
+        .args(["--namespace", "bp-system"])
+        .args(["--kube-version", kube_version]);
     for s in sets {
         cmd.args(["--set", s]);
     }
@@ -528,4 +535,56 @@ async fn the_network_policy_admits_prometheus_and_lets_out_the_api_server_promet
         created.spec.as_ref().map(|s| &s.ingress),
         Some(&spec.ingress)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admission policies gated on the cluster's version: ValidatingAdmissionPolicy v1 needs 1.30.
+
+/// (kind, name) of every object in a `helm template` output.
+fn kinds_and_names(rendered: &str) -> std::collections::BTreeSet<(String, String)> {
+    rendered
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
+        .filter_map(|d| {
+            Some((
+                d["kind"].as_str()?.to_owned(),
+                d["metadata"]["name"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn admission_policies_render_only_for_kubernetes_1_30_and_newer() {
+    let sets = ["admission.scope.enabled=true"];
+    let is_admission = |kind: &str| kind.starts_with("ValidatingAdmissionPolicy");
+    let old = kinds_and_names(&template_for("1.29.9", &sets).unwrap());
+    let mut with_policies = None;
+    for version in ["1.30.0", "v1.35.4"] {
+        let new = kinds_and_names(&template_for(version, &sets).unwrap());
+        let policies = new
+            .iter()
+            .filter(|(k, _)| k == "ValidatingAdmissionPolicy")
+            .count();
+        let bindings = new
+            .iter()
+            .filter(|(k, _)| k == "ValidatingAdmissionPolicyBinding")
+            .count();
+        // limits, policy-limits, target-scope, guard-scope; one binding each.
+        assert_eq!((policies, bindings), (4, 4), "{version}: {new:?}");
+        if let Some(previous) = &with_policies {
+            assert_eq!(previous, &new, "1.30 and {version} render differently");
+        }
+        with_policies = Some(new);
+    }
+    let with_policies = with_policies.unwrap();
+    assert!(
+        old.iter().all(|(k, _)| !is_admission(k)),
+        "1.29: admission objects rendered: {old:?}"
+    );
+    let rest: std::collections::BTreeSet<_> = with_policies
+        .into_iter()
+        .filter(|(k, _)| !is_admission(k))
+        .collect();
+    assert_eq!(old, rest, "1.29 must render everything but the policies");
 }

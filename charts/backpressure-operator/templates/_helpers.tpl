@@ -108,3 +108,13 @@ The metadata lines templates/crds.yaml puts into each generated CRD (replacing i
     app.kubernetes.io/component: crd
 {{ "" }}
 {{- end }}
+
+{{/*
+"true" when the cluster serves ValidatingAdmissionPolicy admissionregistration.k8s.io/v1
+(Kubernetes 1.30 or newer, from .Capabilities.KubeVersion: the server's version at install and
+upgrade, --kube-version with `helm template`), else empty. The admission templates render
+nothing on older clusters and NOTES.txt says so.
+*/}}
+{{- define "backpressure-operator.admissionSupported" -}}
+{{- if semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version }}true{{ end }}
+{{- end }}
