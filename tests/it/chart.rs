@@ -588,3 +588,50 @@ fn admission_policies_render_only_for_kubernetes_1_30_and_newer() {
         .collect();
     assert_eq!(old, rest, "1.29 must render everything but the policies");
 }
+
+/// NOTES.txt as `helm install` would print it on Kubernetes `kube_version` (helm template does
+/// not render NOTES.txt: a copy of the chart gets a ConfigMap template that includes it).
+fn notes_for(kube_version: &str) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(repo_root().join(CHART_DIR))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(status.success(), "cp -r {CHART_DIR}");
+    let chart = tmp.path().join("backpressure-operator");
+    std::fs::write(
+        chart.join("templates/notes-probe.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: \
+         {{ include \"backpressure-operator/templates/NOTES.txt\" . | quote }}\n",
+    )
+    .unwrap();
+    let out = Command::new(bin_dir().unwrap().join("helm"))
+        .args(["template", "bp"])
+        .arg(&chart)
+        .args(["--kube-version", kube_version])
+        .args(["--show-only", "templates/notes-probe.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cm: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    cm["data"]["notes"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_install_notes_say_when_the_admission_policies_were_left_out() {
+    let old = notes_for("1.29.9");
+    assert!(
+        old.contains("Admission policies NOT installed: this cluster is Kubernetes v1.29.9"),
+        "{old}"
+    );
+    assert!(!old.contains("Admission limits"), "{old}");
+    let new = notes_for(backpressure_envtest::KUBERNETES_VERSION);
+    assert!(!new.contains("NOT installed"), "{new}");
+    assert!(new.contains("Admission limits"), "{new}");
+}
