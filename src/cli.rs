@@ -29,6 +29,23 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
+    /// GET a URL (the operator's /readyz) until it answers 200; exit 1 if it does not within
+    /// --wait. The chart's `helm test` Pod runs this.
+    Probe(ProbeArgs),
+}
+
+/// Settings of `probe`.
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The URL, e.g. http://backpressure-operator-metrics.backpressure-system.svc:8080/readyz.
+    #[arg(long)]
+    pub url: String,
+    /// How long to keep trying.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub wait: Duration,
+    /// Pause between attempts.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub interval: Duration,
 }
 
 /// Log output format.

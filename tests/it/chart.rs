@@ -3,13 +3,15 @@
 //! fails before anything is installed, with an error naming the key; the defaults and every
 //! documented key pass. The CRD upgrade path: `helm upgrade` from the previous chart version
 //! (taken from git) leaves this version's CRDs on a real API server, and `helm uninstall` keeps
-//! them. The optional NetworkPolicy, rendered and accepted by the API server.
+//! them. The optional NetworkPolicy, rendered and accepted by the API server. Admission policies
+//! gated on the Kubernetes version. The `helm test` Pod and the `probe` subcommand it runs.
 
 use std::process::Command;
 use std::time::Duration;
 
 use backpressure_envtest::{TestEnv, bin_dir, repo_root};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPort};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -498,6 +500,18 @@ async fn the_network_policy_admits_prometheus_and_lets_out_the_api_server_promet
         "observability"
     );
 
+    // ... and from the `helm test` Pod, whose labels the rendered test Pod carries.
+    let test_pod: &Pod = &of_kind(&out, "Pod")[0];
+    let test_labels = test_pod.metadata.labels.clone().unwrap();
+    assert!(
+        from.iter().any(|peer| peer
+            .pod_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.as_ref())
+            .is_some_and(|m| m.iter().all(|(k, v)| test_labels.get(k) == Some(v)))),
+        "the helm test Pod cannot reach /readyz: {from:?}"
+    );
+
     // Egress: DNS, the API server's address and port, Prometheus and both admin ports.
     let egress = spec.egress.as_ref().unwrap();
     let allows = |port: i32| {
@@ -634,4 +648,134 @@ fn the_install_notes_say_when_the_admission_policies_were_left_out() {
     let new = notes_for(backpressure_envtest::KUBERNETES_VERSION);
     assert!(!new.contains("NOT installed"), "{new}");
     assert!(new.contains("Admission limits"), "{new}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `helm test`: a hook Pod running the operator image's `probe` against the metrics Service's
+// /readyz. It cannot run here (no node): rendered, cross-checked with the Service and the
+// Deployment, and created with a server-side dry run; `probe` itself against a real HTTP server.
+
+#[tokio::test]
+async fn the_helm_test_pod_probes_the_metrics_service_readyz_with_the_operator_image() {
+    assert!(
+        of_kind::<Pod>(&template(&["helmTest.enabled=false"]).unwrap(), "Pod").is_empty(),
+        "helmTest.enabled=false still renders a test Pod"
+    );
+    let out = template(&["metrics.port=8443", "helmTest.wait=90s"]).unwrap();
+    let pods: Vec<Pod> = of_kind(&out, "Pod");
+    assert_eq!(pods.len(), 1, "{out}");
+    let pod = &pods[0];
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("helm.sh/hook").map(String::as_str),
+        Some("test")
+    );
+    let service: &Service = &of_kind(&out, "Service")[0];
+    let deployment: &Deployment = &of_kind(&out, "Deployment")[0];
+
+    // Not one of the operator's pods: the Service must not send traffic to it.
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let selector = service.spec.as_ref().unwrap().selector.clone().unwrap();
+    assert!(
+        !selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        "the Service selects the test Pod: {labels:?}"
+    );
+
+    // The operator image, and the Service's name, namespace and port.
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    let container = &spec.containers[0];
+    let operator = &deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(container.image, operator.image);
+    let port = service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].port;
+    let url = format!(
+        "--url=http://{}.{}.svc:{port}/readyz",
+        service.metadata.name.as_deref().unwrap(),
+        service.metadata.namespace.as_deref().unwrap()
+    );
+    let args = container.args.clone().unwrap_or_default();
+    assert_eq!(args, vec!["probe".to_owned(), url, "--wait=90s".to_owned()]);
+
+    // The real API server accepts it (server-side dry run: no node would run it).
+    let _serial = serial().await;
+    let env = TestEnv::shared();
+    let ns = env.namespace("chart-test").await.unwrap();
+    let api: Api<Pod> = Api::namespaced(env.client().unwrap(), &ns);
+    let mut object = pod.clone();
+    object.metadata.namespace = None;
+    api.create(
+        &PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        },
+        &object,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the API server refused the test Pod: {e}"));
+}
+
+/// A real HTTP server on 127.0.0.1 answering `statuses` in turn (the last one forever);
+/// returns its /readyz URL.
+async fn http_answering(statuses: &'static [u16]) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/readyz", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        for i in 0.. {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let status = statuses[i.min(statuses.len() - 1)];
+            let mut buf = [0u8; 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await;
+            let body = if status == 200 {
+                "ok\n"
+            } else {
+                "informers not synced\n"
+            };
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, reply.as_bytes()).await;
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn probe_waits_for_200_and_fails_naming_the_last_answer() {
+    let bin = env!("CARGO_BIN_EXE_backpressure-operator");
+    let probe = |url: String| {
+        tokio::process::Command::new(bin)
+            .args(["probe", "--url", &url, "--wait=3s", "--interval=100ms"])
+            .env("RUST_BACKTRACE", "0")
+            .output()
+    };
+    // Not ready twice, then ready: exit 0.
+    let out = probe(http_answering(&[503, 503, 200]).await).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("answered 200 ok"), "{stdout}");
+    // Never ready: exit 1 after the wait, naming the status and body.
+    let started = std::time::Instant::now();
+    let out = probe(http_answering(&[503]).await).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("503") && stderr.contains("informers not synced"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2), "gave up early");
 }

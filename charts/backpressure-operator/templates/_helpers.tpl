@@ -118,3 +118,15 @@ nothing on older clusters and NOTES.txt says so.
 {{- define "backpressure-operator.admissionSupported" -}}
 {{- if semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version }}true{{ end }}
 {{- end }}
+
+{{/*
+Labels of the `helm test` Pod: not the operator's selector labels (the Service, PDB and
+NetworkPolicy select those), so app.kubernetes.io/name gets a "-test" suffix.
+*/}}
+{{- define "backpressure-operator.testLabels" -}}
+app.kubernetes.io/name: {{ include "backpressure-operator.name" . | trunc 58 | trimSuffix "-" }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: backpressure-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: helm-test
+{{- end }}
