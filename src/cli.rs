@@ -185,4 +185,22 @@ mod tests {
             Cli::try_parse_from(["backpressure-operator", "--requeue-interval", "soon"]).is_err()
         );
     }
+
+    #[test]
+    fn parses_probe_as_the_helm_test_pod_runs_it() {
+        let cli = Cli::try_parse_from([
+            "backpressure-operator",
+            "probe",
+            "--url=http://op-metrics.ns.svc:8080/readyz",
+            "--wait=90s",
+        ])
+        .unwrap();
+        let Some(Command::Probe(probe)) = cli.command else {
+            panic!("probe expected")
+        };
+        assert_eq!(probe.url, "http://op-metrics.ns.svc:8080/readyz");
+        assert_eq!(probe.wait, Duration::from_secs(90));
+        assert_eq!(probe.interval, Duration::from_secs(2));
+        assert!(Cli::try_parse_from(["backpressure-operator", "probe"]).is_err());
+    }
 }
