@@ -405,6 +405,29 @@ async fn helm_upgrade_from_the_previous_chart_version_upgrades_the_crds() {
         );
     }
 
+    // A fresh install of this version on a cluster without the CRDs creates them with the
+    // rest of the release (no --take-ownership needed), and they become Established.
+    delete_crds(&crds).await;
+    helm(
+        kubeconfig,
+        &["install", release, new_chart.to_str().unwrap(), "-n", ns],
+    )
+    .unwrap_or_else(|e| panic!("helm install of this chart: {e}"));
+    for name in CRD_NAMES {
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(
+                crds.clone(),
+                name,
+                kube::runtime::wait::conditions::is_crd_established(),
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("CRD {name} not Established within 30s after helm install"))
+        .unwrap();
+    }
+    helm(kubeconfig, &["uninstall", release, "-n", ns]).unwrap();
+
     // Leave the CRDs as the other tests install them, without a release's ownership.
     delete_crds(&crds).await;
     install_crds(&client).await;
