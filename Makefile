@@ -47,7 +47,7 @@ k8s-bins: ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, helm,
 
 .PHONY: crds
 crds: ## Regenerate crds/ and the chart's CRDs from crates/api
-	$(CARGO) run -q -p backpressure-api --bin crdgen -- crds $(CHART)/crds
+	$(CARGO) run -q -p backpressure-api --bin crdgen -- crds $(CHART)/files/crds
 
 .PHONY: wire
 wire: ## Regenerate the wire contract's JSON Schemas (docs/wire-contract/) and hash vectors (conformance/vectors/hash.json) from crates/api

@@ -45,7 +45,8 @@ render aggregate-clusterroles.yaml rbac/aggregate_roles.yaml
 render deployment.yaml manager/manager.yaml
 render service.yaml manager/service.yaml
 render poddisruptionbudget.yaml manager/pdb.yaml
-render validatingadmissionpolicy.yaml admission/policies.yaml
-render admission-scope.yaml scope/policies.yaml --set admission.scope.enabled=true
+# The admission policies render only for Kubernetes >= 1.30 (helm template assumes 1.20).
+render validatingadmissionpolicy.yaml admission/policies.yaml --kube-version 1.30
+render admission-scope.yaml scope/policies.yaml --kube-version 1.30 --set admission.scope.enabled=true
 render servicemonitor.yaml prometheus/monitor.yaml --set serviceMonitor.enabled=true
 render prometheusrule.yaml prometheus/rule.yaml --set prometheusRule.enabled=true --set serviceMonitor.enabled=true

@@ -29,6 +29,23 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
+    /// GET a URL (the operator's /readyz) until it answers 200; exit 1 if it does not within
+    /// --wait. The chart's `helm test` Pod runs this.
+    Probe(ProbeArgs),
+}
+
+/// Settings of `probe`.
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// The URL, e.g. http://backpressure-operator-metrics.backpressure-system.svc:8080/readyz.
+    #[arg(long)]
+    pub url: String,
+    /// How long to keep trying.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub wait: Duration,
+    /// Pause between attempts.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub interval: Duration,
 }
 
 /// Log output format.
@@ -167,5 +184,23 @@ mod tests {
         assert!(
             Cli::try_parse_from(["backpressure-operator", "--requeue-interval", "soon"]).is_err()
         );
+    }
+
+    #[test]
+    fn parses_probe_as_the_helm_test_pod_runs_it() {
+        let cli = Cli::try_parse_from([
+            "backpressure-operator",
+            "probe",
+            "--url=http://op-metrics.ns.svc:8080/readyz",
+            "--wait=90s",
+        ])
+        .unwrap();
+        let Some(Command::Probe(probe)) = cli.command else {
+            panic!("probe expected")
+        };
+        assert_eq!(probe.url, "http://op-metrics.ns.svc:8080/readyz");
+        assert_eq!(probe.wait, Duration::from_secs(90));
+        assert_eq!(probe.interval, Duration::from_secs(2));
+        assert!(Cli::try_parse_from(["backpressure-operator", "probe"]).is_err());
     }
 }

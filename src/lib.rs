@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod observe;
 pub mod plugin;
 pub mod policy_status;
+pub mod probe;
 pub mod reconcile;
 pub mod telemetry;
 

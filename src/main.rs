@@ -12,6 +12,12 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Some(backpressure_operator::cli::Command::Probe(args)) => {
+            let body =
+                backpressure_operator::probe::probe(&args.url, args.wait, args.interval).await?;
+            println!("ready: {} answered 200 {}", args.url, body.trim());
+            Ok(())
+        }
         Some(backpressure_operator::cli::Command::Run(args)) => {
             backpressure_operator::run(*args).await
         }

@@ -34,7 +34,8 @@ fn helm_template(sets: &[&str]) -> Vec<Value> {
     let mut cmd = Command::new(&helm);
     cmd.args(["template", "bp"])
         .arg(repo_root().join(CHART))
-        .args(["--namespace", "bp-system"]);
+        .args(["--namespace", "bp-system"])
+        .args(["--kube-version", backpressure_envtest::KUBERNETES_VERSION]);
     for s in sets {
         cmd.args(["--set", s]);
     }

@@ -92,3 +92,41 @@ ServiceAccount user name as the API server sees it (what workers must accept on 
 {{- define "backpressure-operator.serviceAccountUser" -}}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "backpressure-operator.serviceAccountName" .) }}
 {{- end }}
+
+{{/*
+The metadata lines templates/crds.yaml puts into each generated CRD (replacing its
+"metadata:" line): the resource policy and the common labels.
+*/}}
+{{- define "backpressure-operator.crdMetadata" -}}
+{{ "\n" }}metadata:
+{{- if .Values.crds.keep }}
+  annotations:
+    helm.sh/resource-policy: keep
+{{- end }}
+  labels:
+    {{- include "backpressure-operator.commonLabels" . | nindent 4 }}
+    app.kubernetes.io/component: crd
+{{ "" }}
+{{- end }}
+
+{{/*
+"true" when the cluster serves ValidatingAdmissionPolicy admissionregistration.k8s.io/v1
+(Kubernetes 1.30 or newer, from .Capabilities.KubeVersion: the server's version at install and
+upgrade, --kube-version with `helm template`), else empty. The admission templates render
+nothing on older clusters and NOTES.txt says so.
+*/}}
+{{- define "backpressure-operator.admissionSupported" -}}
+{{- if semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version }}true{{ end }}
+{{- end }}
+
+{{/*
+Labels of the `helm test` Pod: not the operator's selector labels (the Service, PDB and
+NetworkPolicy select those), so app.kubernetes.io/name gets a "-test" suffix.
+*/}}
+{{- define "backpressure-operator.testLabels" -}}
+app.kubernetes.io/name: {{ include "backpressure-operator.name" . | trunc 58 | trimSuffix "-" }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: backpressure-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: helm-test
+{{- end }}

@@ -7,7 +7,7 @@ use std::path::Path;
 fn committed_crds_match_the_types() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let generated = backpressure_api::crd::generated().expect("render CRDs");
-    for dir in ["crds", "charts/backpressure-operator/crds"] {
+    for dir in ["crds", "charts/backpressure-operator/files/crds"] {
         for (name, yaml) in &generated {
             let path = root.join(dir).join(name);
             let committed = std::fs::read_to_string(&path)

@@ -115,7 +115,10 @@ pub fn render_chart_with(templates: &[&str], sets: &[&str]) -> Vec<DynamicObject
     let mut cmd = std::process::Command::new(helm);
     cmd.args(["template", "backpressure-operator"])
         .arg(&chart)
-        .args(["--namespace", OPERATOR_NAMESPACE]);
+        .args(["--namespace", OPERATOR_NAMESPACE])
+        // The admission policies render only for Kubernetes >= 1.30 (helm template assumes
+        // 1.20 unless told): the version of the API server the tests run.
+        .args(["--kube-version", backpressure_envtest::KUBERNETES_VERSION]);
     for t in templates {
         cmd.args(["-s", t]);
     }

@@ -1,5 +1,6 @@
 //! Writes the CRDs generated from the API types into each directory given on the command line
-//! (`make crds` passes `crds/` and the Helm chart's `crds/`).
+//! (`make crds` passes `crds/` and the Helm chart's `files/crds/`, which its
+//! `templates/crds.yaml` renders).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
