@@ -82,4 +82,5 @@ pub mod controller;
 pub mod metrics;
 pub mod permits;
 pub mod producer;
+pub mod sources;
 pub mod worker_loop;
