@@ -30,11 +30,13 @@ mod keda;
 mod pki;
 pub mod process;
 mod prometheus;
+mod rabbitmq;
 
 pub use keda::{HpaControllerFlags, KEDA_NAMESPACE, KEDA_VERSION, Keda, keda_bin_dir};
 pub use pki::Pki;
 pub use process::Supervised;
 pub use prometheus::{Prometheus, ScrapeTarget, urlencode};
+pub use rabbitmq::RabbitMq;
 
 /// Kubernetes version the harness runs (the wrapper module in tools/k8s pins it).
 pub const KUBERNETES_VERSION: &str = "v1.35.4";

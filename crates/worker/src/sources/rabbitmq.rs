@@ -277,7 +277,8 @@ impl RabbitMqSource {
 async fn close(s: Session) {
     let _ = tokio::time::timeout(
         Duration::from_secs(2),
-        s.connection.close(200, "backpressure-worker reconnects".into()),
+        s.connection
+            .close(200, "backpressure-worker reconnects".into()),
     )
     .await;
 }
