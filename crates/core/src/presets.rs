@@ -105,13 +105,20 @@ pub fn preset_queries(
             // against a real 3.10.8, tests/it/presets.rs).
             let q = [("vhost", vhost.as_str()), ("queue", name.as_str())];
             let ready = b.sel("rabbitmq_detailed_queue_messages_ready", &q);
-            let delivered = b.sel_re(
-                "rabbitmq_detailed_queue_(messages_delivered_ack|get_ack)_total",
-                &q,
-            );
-            let delivered_3 = b.sel_re(
-                "rabbitmq_detailed_channel_(messages_delivered_ack|get_ack)_total",
-                &q,
+            // Deliveries with manual ack, pushed (`basic.consume`) and pulled (`basic.get`):
+            // two counters, told apart by a label before they are summed (`rate` over one
+            // selector of both names gives two series with the same labels, an error; `+`
+            // would be empty when an exporter lacks one of them).
+            let delivered = |prefix: &str| {
+                let push = b.sel(&format!("{prefix}_messages_delivered_ack_total"), &q);
+                let pull = b.sel(&format!("{prefix}_get_ack_total"), &q);
+                format!(
+                    "sum(label_replace(rate({push}[{w}]), \"delivery\", \"push\", \"\", \"\") or label_replace(rate({pull}[{w}]), \"delivery\", \"pull\", \"\", \"\"))"
+                )
+            };
+            let (delivered, delivered_3) = (
+                delivered("rabbitmq_detailed_queue"),
+                delivered("rabbitmq_detailed_channel"),
             );
             let published = b.sel(
                 "rabbitmq_detailed_queue_exchange_messages_published_total",
@@ -129,7 +136,7 @@ pub fn preset_queries(
                 // (`basic.get`, as the worker library's source does): 0 when none is ready,
                 // unknown while nothing is delivered.
                 queue_age: Some(format!(
-                    "(max({ready}) == 0) or max({ready}) / (sum(rate({delivered}[{w}])) or sum(rate({delivered_3}[{w}])))"
+                    "(max({ready}) == 0) or max({ready}) / ({delivered} or {delivered_3})"
                 )),
                 queue_depth: Some(format!("max({ready})")),
                 arrival_rate: Some(format!(
