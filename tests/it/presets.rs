@@ -911,6 +911,10 @@ async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
         "age {age}: depth {depth} at about 2 deliveries a second ({:?} in)",
         started.elapsed()
     );
+    eprintln!(
+        "rabbitmq preset: depth {depth} (ready {now_ready}), age {age:.1} s, arrivals {arrival:.2}/s, completions {completion:.2}/s after {:?}",
+        started.elapsed()
+    );
     let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
     assert_eq!(c.status, "True", "{}", c.message);
 

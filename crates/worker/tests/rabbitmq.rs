@@ -3,6 +3,8 @@
 //! dead-letters it, a held gate takes nothing, failed messages come back, and a connection cut by
 //! the broker loses nothing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -181,7 +183,7 @@ impl Handler<RabbitMqMessage> for Work {
             r.len() == 1
         };
         tokio::time::sleep(self.work).await;
-        let outcome = if id % 10 == 0 || (id % 7 == 0 && first) {
+        let outcome = if id.is_multiple_of(10) || (id.is_multiple_of(7) && first) {
             Outcome::MessageFailure
         } else {
             Outcome::Success
@@ -232,7 +234,7 @@ async fn every_message_is_acked_once_or_dead_lettered_and_failures_come_back() {
     let permits = 6;
     let worker = WorkerLoop::new(source, work.clone(), gate(permits)).no_redelivery_backoff();
     let dlq = format!("{q}.dlq");
-    let poison = (0..n).filter(|i| i % 10 == 0).count() as u32;
+    let poison = (0..n).filter(|i| i.is_multiple_of(10)).count() as u32;
     let w = work.clone();
     let stats = run_until(worker, Duration::from_secs(60), || {
         let (ch, dlq, w) = (&ch, &dlq, &w);
@@ -243,35 +245,37 @@ async fn every_message_is_acked_once_or_dead_lettered_and_failures_come_back() {
     })
     .await;
 
-    let seen = work.seen.lock().unwrap();
+    let seen = std::mem::take(&mut *work.seen.lock().unwrap());
     assert_eq!(stats.settle_errors, 0, "{stats:?}");
     assert!(seen.peak <= permits, "{} messages in flight", seen.peak);
     // Every good message was acked exactly once, every poison one dead-lettered, none both.
     let dead: BTreeSet<u32> = drain(&ch, &dlq).await.into_iter().collect();
     assert_eq!(
         dead,
-        (0..n).filter(|i| i % 10 == 0).collect::<BTreeSet<_>>()
+        (0..n)
+            .filter(|i| i.is_multiple_of(10))
+            .collect::<BTreeSet<_>>()
     );
     for id in 0..n {
         let times = seen.succeeded.get(&id).copied().unwrap_or(0);
-        let expected = u32::from(id % 10 != 0);
+        let expected = u32::from(!id.is_multiple_of(10));
         assert_eq!(times, expected, "message {id} succeeded {times} times");
     }
     assert_eq!(ready(&ch, q).await, 0);
     // Failed messages came back, counted by the broker (x-delivery-count): the first-time
     // failures once more, the poison ones until the delivery limit (2 redeliveries) sent them to
     // the dead-letter queue.
-    for id in (0..n).filter(|i| i % 7 == 0 && i % 10 != 0) {
+    for id in (0..n).filter(|i| i.is_multiple_of(7) && !i.is_multiple_of(10)) {
         assert_eq!(seen.receives[&id], [Some(1), Some(2)], "message {id}");
     }
-    for id in (0..n).filter(|i| i % 10 == 0) {
+    for id in (0..n).filter(|i| i.is_multiple_of(10)) {
         assert_eq!(
             seen.receives[&id],
             [Some(1), Some(2), Some(3)],
             "message {id}"
         );
     }
-    let first_only = (0..n).filter(|i| i % 7 != 0 && i % 10 != 0);
+    let first_only = (0..n).filter(|i| !i.is_multiple_of(7) && !i.is_multiple_of(10));
     for id in first_only {
         assert_eq!(seen.receives[&id], [Some(1)], "message {id}");
     }
@@ -284,8 +288,8 @@ async fn a_held_gate_takes_nothing_and_the_permits_bound_the_unacked_messages() 
     let q = "held";
     declare(&ch, q, FieldTable::default()).await;
     // IDs the handler never fails.
-    let ids: Vec<u32> = (1..)
-        .filter(|i| i % 7 != 0 && i % 10 != 0)
+    let ids: Vec<u32> = (1u32..)
+        .filter(|i| !i.is_multiple_of(7) && !i.is_multiple_of(10))
         .take(60)
         .collect();
     publish(&ch, q, ids).await;
@@ -322,7 +326,7 @@ async fn a_held_gate_takes_nothing_and_the_permits_bound_the_unacked_messages() 
     })
     .await;
     assert!(stats.received >= 60, "{stats:?}");
-    let seen = work.seen.lock().unwrap();
+    let seen = std::mem::take(&mut *work.seen.lock().unwrap());
     assert!(seen.peak <= 3, "{} messages in flight", seen.peak);
     assert!(seen.succeeded.values().all(|&k| k == 1));
     assert_eq!(ready(&ch, q).await, 0);
@@ -344,7 +348,7 @@ async fn a_connection_cut_by_the_broker_loses_no_message() {
     let (_conn, ch) = channel(&uri).await;
     let q = "cut";
     declare(&ch, q, FieldTable::default()).await;
-    let ids = (1..=300).filter(|i| i % 7 != 0 && i % 10 != 0);
+    let ids = (1u32..=300).filter(|i| !i.is_multiple_of(7) && !i.is_multiple_of(10));
     let expected: BTreeSet<u32> = ids.clone().collect();
     publish(&ch, q, ids).await;
 
@@ -381,7 +385,7 @@ async fn a_connection_cut_by_the_broker_loses_no_message() {
     let _ = stop_tx.send(());
     let stats = run.await.expect("worker loop");
 
-    let seen = work.seen.lock().unwrap();
+    let seen = std::mem::take(&mut *work.seen.lock().unwrap());
     assert!(
         cut_at < expected.len(),
         "the cut came after the work ({cut_at})"
