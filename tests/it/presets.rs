@@ -766,7 +766,7 @@ async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
     let mut w = World::builder("rabbitpreset").replicas(2).start().await;
     w.fleet.set(steady);
     let t0 = Instant::now();
-    let broker = tokio::task::spawn_blocking(|| backpressure_envtest::RabbitMq::start())
+    let broker = tokio::task::spawn_blocking(backpressure_envtest::RabbitMq::start)
         .await
         .unwrap()
         .unwrap();
@@ -919,7 +919,9 @@ async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
     assert_eq!(c.status, "True", "{}", c.message);
 
     // The plugin's targets go away: their series are stale, the queue is unknown.
-    w.prom.set_targets(&[fleet_target.clone()]).unwrap();
+    w.prom
+        .set_targets(std::slice::from_ref(&fleet_target))
+        .unwrap();
     let s = w
         .wait_status(
             Duration::from_secs(40),
