@@ -18,7 +18,7 @@
 //!
 //! - **quorum queues** (recommended): set `x-delivery-limit` (argument or policy); the broker
 //!   counts the deliveries in the `x-delivery-count` header and dead-letters a message nacked
-//!   with requeue beyond the limit. [`RabbitMqSource::receive_count`] reads the header, so the
+//!   with requeue beyond the limit. [`Source::receive_count`] reads the header, so the
 //!   worker loop's redelivery backoff knows the attempt.
 //! - **classic queues** count nothing: a message nacked with requeue comes back forever. With
 //!   [`RabbitMqSource::dead_letter_after`], the source nacks with `requeue = false` (the broker
