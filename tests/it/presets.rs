@@ -890,8 +890,10 @@ async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
     let fleet = s.fleet.clone().unwrap_or_default();
     let now_ready = f64::from(ready(&ch).await);
     let depth = fleet.queue_depth.unwrap();
+    // The ready count only grows (5 in, 2 out a second) and the status is a few seconds old:
+    // the depth is what the broker had ready then, at most what it has now.
     assert!(
-        depth > 10.0 && (depth - now_ready).abs() <= 0.5 * now_ready,
+        depth > 10.0 && depth <= now_ready + 1.0,
         "depth {depth} should be the ready messages ({now_ready} now)"
     );
     let arrival = fleet.arrival_rate.unwrap();
