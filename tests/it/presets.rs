@@ -126,6 +126,49 @@ fn cases() -> Vec<Case> {
             ],
         },
         Case {
+            // RabbitMQ 3.x (3.10.8 as Debian ships it): no per-queue counters, the per-channel
+            // ones of `channel_queue_metrics` and `channel_queue_exchange_metrics`, summed.
+            name: "RabbitMQ 3.x",
+            queue: json!({"system": "RabbitMQ", "rabbitMQ": {"queue": "orders"}}),
+            series: vec![
+                // 120 ready, 2 + 2 taken per second with basic.get: an estimated 30 s.
+                (
+                    r#"rabbitmq_detailed_queue_messages_ready{vhost="/",queue="orders"}"#,
+                    "120+0x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_channel_get_ack_total{channel="<0.801.0>",vhost="/",queue="orders"}"#,
+                    "0+30x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_channel_get_ack_total{channel="<0.802.0>",vhost="/",queue="orders"}"#,
+                    "0+30x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_channel_messages_delivered_ack_total{channel="<0.802.0>",vhost="/",queue="orders"}"#,
+                    "0+0x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_queue_messages_published_total{channel="<0.790.0>",queue_vhost="/",queue="orders",exchange_vhost="/",exchange=""}"#,
+                    "0+45x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_channel_messages_acked_total{channel="<0.801.0>",vhost="/",queue="orders"}"#,
+                    "0+15x40",
+                ),
+                (
+                    r#"rabbitmq_detailed_channel_messages_acked_total{channel="<0.802.0>",vhost="/",queue="orders"}"#,
+                    "0+30x40",
+                ),
+            ],
+            expect: vec![
+                ("queueAge", 30.0),
+                ("queueDepth", 120.0),
+                ("arrivalRate", 3.0),
+                ("completionRate", 3.0),
+            ],
+        },
+        Case {
             name: "SQS (YACE)",
             queue: json!({"system": "SQS", "sqs": {"queue": "https://sqs.eu-west-1.amazonaws.com/123456789012/orders", "period": "5m"}}),
             series: vec![
@@ -434,7 +477,7 @@ fn every_preset_answers_what_it_documents_on_prometheus_own_engine() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "promtool test rules:\n{text}");
-    assert_eq!(checked, 34, "every kind of every preset is checked");
+    assert_eq!(checked, 38, "every kind of every preset is checked");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -961,4 +1004,258 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
     assert_eq!(stats.settle_errors, 0, "{stats:?}");
     drop(moto);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The RabbitMQ preset end to end: a real RabbitMQ (Debian's `rabbitmq-server` 3.10, started by
+/// `backpressure_envtest::RabbitMq`) with queue `orders`, its own Prometheus plugin scraped by a
+/// real Prometheus on `/metrics/detailed` (the families 3.x has: `queue_coarse_metrics`,
+/// `channel_queue_metrics`, `channel_queue_exchange_metrics`), a consumer that is the worker
+/// library's `RabbitMqSource` under a `WorkerLoop` (in-process, one permit), and the operator
+/// reading the queue only through `spec.queue`. Messages are published faster than the consumer
+/// acks them: the object reports the ready messages as depth, the publish and ack rates, an
+/// estimated age, and scales the target out. The plugin's scrape targets go away: the queue's
+/// series go stale, the object reports MetricsUnavailable and keeps its replicas; they are back:
+/// metrics again.
+#[tokio::test]
+async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use backpressure_api::conditions as cond;
+    use backpressure_api::v1alpha1::Regime;
+    use backpressure_worker::controller::{self, Algorithm, Outcome, Settings};
+    use backpressure_worker::permits::Gate;
+    use backpressure_worker::sources::rabbitmq::lapin::options::{
+        BasicPublishOptions, QueueDeclareOptions,
+    };
+    use backpressure_worker::sources::rabbitmq::lapin::types::FieldTable;
+    use backpressure_worker::sources::rabbitmq::lapin::{
+        BasicProperties, Channel, Connection, ConnectionProperties,
+    };
+    use backpressure_worker::sources::rabbitmq::{RabbitMqMessage, RabbitMqSource};
+    use backpressure_worker::worker_loop::{Handler, WorkerLoop};
+
+    use crate::common::fleet::steady;
+    use crate::common::scene::{condition, has_condition};
+    use crate::common::serial;
+    use crate::common::world::World;
+
+    /// Takes 0.5 s per message: 2 a second with one permit.
+    struct Slow;
+    impl Handler<RabbitMqMessage> for Slow {
+        async fn handle(&self, _m: &RabbitMqMessage) -> Outcome {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Outcome::Success
+        }
+    }
+
+    async fn ready(ch: &Channel) -> u32 {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        ch.queue_declare("orders".into(), passive, FieldTable::default())
+            .await
+            .unwrap()
+            .message_count()
+    }
+
+    let _serial = serial().await;
+    let mut w = World::builder("rabbitpreset").replicas(2).start().await;
+    w.fleet.set(steady);
+    let t0 = Instant::now();
+    let broker = tokio::task::spawn_blocking(backpressure_envtest::RabbitMq::start)
+        .await
+        .unwrap()
+        .unwrap();
+    eprintln!(
+        "rabbitmq-server ready in {:?} ({:?} with the spawn)",
+        broker.start_time(),
+        t0.elapsed()
+    );
+    // The broker's clients run on a runtime of their own: this test's (current-thread) runtime
+    // blocks in the Prometheus helper's waits.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let uri = broker.amqp_uri();
+    let (conn, ch) = rt
+        .spawn(async move {
+            let conn = Connection::connect(&uri, ConnectionProperties::default())
+                .await
+                .unwrap();
+            let ch = conn.create_channel().await.unwrap();
+            (conn, ch)
+        })
+        .await
+        .unwrap();
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    ch.queue_declare("orders".into(), durable, FieldTable::default())
+        .await
+        .unwrap();
+
+    // The plugin's per-queue and per-channel families, one scrape target each (a target
+    // carries one value per URL parameter).
+    let ns = w.scene.ns.clone();
+    let rabbit_targets: Vec<backpressure_envtest::ScrapeTarget> = [
+        "queue_coarse_metrics",
+        "channel_queue_metrics",
+        "channel_queue_exchange_metrics",
+    ]
+    .into_iter()
+    .map(|family| {
+        backpressure_envtest::ScrapeTarget::new(broker.prometheus_address())
+            .label("namespace", &ns)
+            .metrics_path("/metrics/detailed")
+            .param("family", family)
+    })
+    .collect();
+    let fleet_target = w.fleet.target();
+    let with_rabbit = || {
+        let mut t = vec![fleet_target.clone()];
+        t.extend(rabbit_targets.iter().cloned());
+        t
+    };
+    w.prom.set_targets(&with_rabbit()).unwrap();
+
+    // 5 messages a second are published; the worker acks 2.
+    let publisher = {
+        let ch = ch.clone();
+        rt.spawn(async move {
+            loop {
+                for _ in 0..5 {
+                    ch.basic_publish(
+                        "".into(),
+                        "orders".into(),
+                        BasicPublishOptions::default(),
+                        b"order",
+                        BasicProperties::default(),
+                    )
+                    .await
+                    .unwrap();
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let gate = Gate::new(controller::build(
+        Settings {
+            algorithm: Algorithm::Fixed,
+            max_permits: 1,
+            initial_permits: 0,
+            ..Settings::default()
+        },
+        1,
+    ));
+    let source = Arc::new(RabbitMqSource::new(broker.amqp_uri(), "orders"));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let consumer = rt.spawn(
+        WorkerLoop::new(source, Arc::new(Slow), gate)
+            .no_redelivery_backoff()
+            .run(async move {
+                let _ = stop_rx.await;
+            }),
+    );
+    let started = Instant::now();
+    w.prom
+        .wait_for_series(
+            r#"rabbitmq_detailed_channel_get_ack_total{queue="orders"}"#,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+
+    w.apply(json!({
+        "queue": {"system": "RabbitMQ", "rabbitMQ": {"queue": "orders"}},
+    }))
+    .await;
+    w.start_operator().await;
+
+    let s = w
+        .wait_status(
+            Duration::from_secs(90),
+            "scaled out for the queue's backlog",
+            |s| {
+                s.regime == Some(Regime::Backlogged)
+                    && s.replicas.as_ref().is_some_and(|r| r.desired > 2)
+            },
+        )
+        .await;
+    let fleet = s.fleet.clone().unwrap_or_default();
+    let now_ready = f64::from(ready(&ch).await);
+    let depth = fleet.queue_depth.unwrap();
+    // The ready count only grows (5 in, 2 out a second) and the status is a few seconds old:
+    // the depth is what the broker had ready then, at most what it has now.
+    assert!(
+        depth > 10.0 && depth <= now_ready + 1.0,
+        "depth {depth} should be the ready messages ({now_ready} now)"
+    );
+    let arrival = fleet.arrival_rate.unwrap();
+    let completion = fleet.completion_rate.unwrap();
+    assert!(
+        (3.0..=8.0).contains(&arrival),
+        "arrivals {arrival}/s, 5/s published"
+    );
+    assert!(
+        (1.0..=3.0).contains(&completion),
+        "completions {completion}/s, 2/s acked"
+    );
+    // The estimate: the ready messages at the delivery rate (about 2/s).
+    let age = fleet.queue_age.unwrap();
+    assert!(
+        age > 5.0 && (age - depth / 2.0).abs() <= 0.5 * depth / 2.0,
+        "age {age}: depth {depth} at about 2 deliveries a second ({:?} in)",
+        started.elapsed()
+    );
+    eprintln!(
+        "rabbitmq preset: depth {depth} (ready {now_ready}), age {age:.1} s, arrivals {arrival:.2}/s, completions {completion:.2}/s after {:?}",
+        started.elapsed()
+    );
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert_eq!(c.status, "True", "{}", c.message);
+
+    // The plugin's targets go away: their series are stale, the queue is unknown.
+    w.prom
+        .set_targets(std::slice::from_ref(&fleet_target))
+        .unwrap();
+    let s = w
+        .wait_status(
+            Duration::from_secs(40),
+            "MetricsUnavailable without the broker's metrics",
+            |s| {
+                s.regime == Some(Regime::MetricsUnavailable)
+                    && has_condition(s, cond::METRICS_AVAILABLE, "False")
+            },
+        )
+        .await;
+    let held = w.scene.replicas("w").await;
+    for _ in 0..8 {
+        assert_eq!(
+            w.scene.replicas("w").await,
+            held,
+            "replicas changed without queue metrics"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert!(c.message.contains("queue"), "{}", c.message);
+
+    w.prom.set_targets(&with_rabbit()).unwrap();
+    w.wait_status(Duration::from_secs(40), "queue metrics again", |s| {
+        has_condition(s, cond::METRICS_AVAILABLE, "True")
+            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
+    })
+    .await;
+    publisher.abort();
+    let _ = stop_tx.send(());
+    let stats = consumer.await.unwrap();
+    assert_eq!(stats.settle_errors, 0, "{stats:?}");
+    assert!(stats.outcomes[Outcome::Success.index()] > 10, "{stats:?}");
+    let _ = conn.close(200, "done".into()).await;
+    rt.shutdown_background();
+    drop(broker);
 }

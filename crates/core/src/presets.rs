@@ -15,7 +15,7 @@
 //! | system | age | depth | arrivals | completions | partitions |
 //! |---|---|---|---|---|---|
 //! | Redis Streams | stream-ID time of the group's last delivered entry (upper bound) | group lag | `entries-added` | entries read − Δ pending | – |
-//! | RabbitMQ | **estimate**: ready / delivery rate | ready | published into the queue | acked | – |
+//! | RabbitMQ | **estimate**: ready / delivery rate | ready | published into the queue | acked (per queue on 4.x, summed over channels on 3.x) | – |
 //! | SQS (CloudWatch) | `ApproximateAgeOfOldestMessage` | `ApproximateNumberOfMessagesVisible` | `NumberOfMessagesSent` / period | `NumberOfMessagesDeleted` / period | – |
 //! | SQS (`Worker`) | **estimate**: depth / first-receive rate | `ApproximateNumberOfMessages` polled by the workers | **estimate**: first receives + Δ depth | messages the workers deleted | – |
 //! | Kafka (kafka-lag-exporter) | lag in seconds (max over partitions) | lag in offsets | log-end offsets | committed offsets | partitions of the topic |
@@ -98,23 +98,54 @@ pub fn preset_queries(
             }
         }
         QueueSource::RabbitMq { queue: name, vhost } => {
+            // `rabbitmq_prometheus` on `/metrics/detailed`. RabbitMQ 4.0 and later have per-queue
+            // counters (`queue_delivery_metrics`, `queue_exchange_metrics`); 3.x has only
+            // per-channel ones (`channel_queue_metrics`, `channel_queue_exchange_metrics`, whose
+            // published counter labels the queue's vhost `queue_vhost`), summed over channels:
+            // each rate reads the per-queue counter, or else the per-channel ones (checked
+            // against a real 3.10.8, tests/it/presets.rs).
             let q = [("vhost", vhost.as_str()), ("queue", name.as_str())];
             let ready = b.sel("rabbitmq_detailed_queue_messages_ready", &q);
-            let delivered = b.sel("rabbitmq_detailed_queue_messages_delivered_ack_total", &q);
+            // Deliveries with manual ack, pushed (`basic.consume`) and pulled (`basic.get`):
+            // two counters, told apart by a label before they are summed (`rate` over one
+            // selector of both names gives two series with the same labels, an error; `+`
+            // would be empty when an exporter lacks one of them).
+            let delivered = |prefix: &str| {
+                let push = b.sel(&format!("{prefix}_messages_delivered_ack_total"), &q);
+                let pull = b.sel(&format!("{prefix}_get_ack_total"), &q);
+                format!(
+                    "sum(label_replace(rate({push}[{w}]), \"delivery\", \"push\", \"\", \"\") or label_replace(rate({pull}[{w}]), \"delivery\", \"pull\", \"\", \"\"))"
+                )
+            };
+            let (delivered, delivered_3) = (
+                delivered("rabbitmq_detailed_queue"),
+                delivered("rabbitmq_detailed_channel"),
+            );
             let published = b.sel(
                 "rabbitmq_detailed_queue_exchange_messages_published_total",
                 &q,
             );
+            let published_3 = b.sel(
+                "rabbitmq_detailed_queue_messages_published_total",
+                &[("queue_vhost", vhost.as_str()), ("queue", name.as_str())],
+            );
             let acked = b.sel("rabbitmq_detailed_queue_messages_acked_total", &q);
+            let acked_3 = b.sel("rabbitmq_detailed_channel_messages_acked_total", &q);
             PresetQueries {
                 // No age metric: an estimate, the time the ready messages take at the current
-                // delivery rate (0 when none is ready, unknown while nothing is delivered).
+                // rate of deliveries with manual ack, pushed (`basic.consume`) or pulled
+                // (`basic.get`, as the worker library's source does): 0 when none is ready,
+                // unknown while nothing is delivered.
                 queue_age: Some(format!(
-                    "(max({ready}) == 0) or max({ready}) / sum(rate({delivered}[{w}]))"
+                    "(max({ready}) == 0) or max({ready}) / ({delivered} or {delivered_3})"
                 )),
                 queue_depth: Some(format!("max({ready})")),
-                arrival_rate: Some(format!("sum(rate({published}[{w}]))")),
-                completion_rate: Some(format!("sum(rate({acked}[{w}]))")),
+                arrival_rate: Some(format!(
+                    "sum(rate({published}[{w}])) or sum(rate({published_3}[{w}]))"
+                )),
+                completion_rate: Some(format!(
+                    "sum(rate({acked}[{w}])) or sum(rate({acked_3}[{w}]))"
+                )),
                 partitions: None,
             }
         }

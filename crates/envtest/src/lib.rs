@@ -30,6 +30,7 @@ mod keda;
 mod pki;
 pub mod process;
 mod prometheus;
+mod rabbitmq;
 pub mod redis;
 pub mod sqs;
 
@@ -37,6 +38,7 @@ pub use keda::{HpaControllerFlags, KEDA_NAMESPACE, KEDA_VERSION, Keda, keda_bin_
 pub use pki::Pki;
 pub use process::Supervised;
 pub use prometheus::{Prometheus, ScrapeTarget, urlencode};
+pub use rabbitmq::RabbitMq;
 pub use redis::RedisServer;
 
 /// Kubernetes version the harness runs (the wrapper module in tools/k8s pins it).

@@ -20,6 +20,33 @@ pub struct ScrapeTarget {
     pub labels: BTreeMap<String, String>,
 }
 
+impl ScrapeTarget {
+    /// A target at `address` (`127.0.0.1:<port>`) without labels, scraped at `/metrics`.
+    pub fn new(address: impl Into<String>) -> Self {
+        ScrapeTarget {
+            address: address.into(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a target label.
+    pub fn label(mut self, name: &str, value: &str) -> Self {
+        self.labels.insert(name.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Scrapes `path` instead of `/metrics` (the `__metrics_path__` target label).
+    pub fn metrics_path(self, path: &str) -> Self {
+        self.label("__metrics_path__", path)
+    }
+
+    /// Adds the URL parameter `name=value` to the scrape (the `__param_<name>` target label;
+    /// one value per name: scrape `?family=a&family=b` as two targets).
+    pub fn param(self, name: &str, value: &str) -> Self {
+        self.label(&format!("__param_{name}"), value)
+    }
+}
+
 /// A running (or stopped) Prometheus.
 #[derive(Debug)]
 pub struct Prometheus {

@@ -20,6 +20,8 @@
 //!   pushes to the admin port (TokenReview, cargo feature `kube`, on by default);
 //! - [`worker_loop`]: a poll/process/ack loop over a [`Source`](worker_loop::Source) and a
 //!   [`Handler`](worker_loop::Handler);
+//! - [`sources`]: sources for real brokers, each behind a cargo feature (off by default):
+//!   RabbitMQ (`rabbitmq`);
 //! - [`producer`]: the other end of the queue, the [`ProducerGate`](producer::ProducerGate) a
 //!   producer passes before every send, so the operator can pause or throttle it while the
 //!   queue is above its high watermark (pushed to the same admin server, or read from a file).
