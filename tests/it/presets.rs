@@ -609,6 +609,51 @@ fn redis_exporter(
     p
 }
 
+/// The queue's series are gone (the exporter stopped, or its scrape target removed): the object
+/// reports MetricsUnavailable naming the queue, and the target's replicas stay where they are.
+async fn queue_metrics_unavailable_keep_replicas(w: &crate::common::world::World, what: &str) {
+    use std::time::Duration;
+
+    use backpressure_api::conditions as cond;
+    use backpressure_api::v1alpha1::Regime;
+
+    use crate::common::scene::{condition, has_condition};
+
+    let s = w
+        .wait_status(Duration::from_secs(40), what, |s| {
+            s.regime == Some(Regime::MetricsUnavailable)
+                && has_condition(s, cond::METRICS_AVAILABLE, "False")
+        })
+        .await;
+    let held = w.scene.replicas("w").await;
+    for _ in 0..8 {
+        assert_eq!(
+            w.scene.replicas("w").await,
+            held,
+            "replicas changed without queue metrics"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
+    assert!(c.message.contains("queue"), "{}", c.message);
+}
+
+/// The queue's series are back: metrics are available again.
+async fn queue_metrics_again(w: &crate::common::world::World) {
+    use std::time::Duration;
+
+    use backpressure_api::conditions as cond;
+    use backpressure_api::v1alpha1::Regime;
+
+    use crate::common::scene::has_condition;
+
+    w.wait_status(Duration::from_secs(40), "queue metrics again", |s| {
+        has_condition(s, cond::METRICS_AVAILABLE, "True")
+            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
+    })
+    .await;
+}
+
 /// The Redis Streams preset end to end: a real redis-server with stream `orders` and consumer
 /// group `workers`, a real redis_exporter, a real Prometheus scraping it (and the workers'
 /// backoff from the fake fleet), and the operator reading the queue only through
@@ -627,7 +672,7 @@ async fn redis_streams_preset_sizes_the_target_from_a_real_stream() {
     use backpressure_api::v1alpha1::Regime;
 
     use crate::common::fleet::steady;
-    use crate::common::scene::{condition, has_condition};
+    use crate::common::scene::condition;
     use crate::common::serial;
     use crate::common::world::World;
 
@@ -731,34 +776,10 @@ async fn redis_streams_preset_sizes_the_target_from_a_real_stream() {
 
     // The exporter goes away: its series are stale, the queue is unknown.
     exporter.stop();
-    let s = w
-        .wait_status(
-            Duration::from_secs(40),
-            "MetricsUnavailable without the exporter",
-            |s| {
-                s.regime == Some(Regime::MetricsUnavailable)
-                    && has_condition(s, cond::METRICS_AVAILABLE, "False")
-            },
-        )
-        .await;
-    let held = w.scene.replicas("w").await;
-    for _ in 0..8 {
-        assert_eq!(
-            w.scene.replicas("w").await,
-            held,
-            "replicas changed without queue metrics"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
-    assert!(c.message.contains("queue"), "{}", c.message);
+    queue_metrics_unavailable_keep_replicas(&w, "MetricsUnavailable without the exporter").await;
 
     let _exporter = redis_exporter(&redis, exporter_port, &dir);
-    w.wait_status(Duration::from_secs(40), "queue metrics again", |s| {
-        has_condition(s, cond::METRICS_AVAILABLE, "True")
-            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
-    })
-    .await;
+    queue_metrics_again(&w).await;
     running.store(false, Ordering::Relaxed);
     traffic.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -819,7 +840,7 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
     use backpressure_worker::worker_loop::{Handler, WorkerLoop};
 
     use crate::common::fleet::steady;
-    use crate::common::scene::{condition, has_condition};
+    use crate::common::scene::condition;
     use crate::common::serial;
     use crate::common::world::{W, World};
 
@@ -967,34 +988,11 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
     // The metrics endpoint goes away: the queue's series are stale, the queue is unknown.
     endpoint.abort();
     let _ = endpoint.await;
-    let s = w
-        .wait_status(
-            Duration::from_secs(40),
-            "MetricsUnavailable without the metrics endpoint",
-            |s| {
-                s.regime == Some(Regime::MetricsUnavailable)
-                    && has_condition(s, cond::METRICS_AVAILABLE, "False")
-            },
-        )
+    queue_metrics_unavailable_keep_replicas(&w, "MetricsUnavailable without the metrics endpoint")
         .await;
-    let held = w.scene.replicas("w").await;
-    for _ in 0..8 {
-        assert_eq!(
-            w.scene.replicas("w").await,
-            held,
-            "replicas changed without queue metrics"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
-    assert!(c.message.contains("queue"), "{}", c.message);
 
     let endpoint = serve_metrics(port, metrics.clone()).await;
-    w.wait_status(Duration::from_secs(40), "queue metrics again", |s| {
-        has_condition(s, cond::METRICS_AVAILABLE, "True")
-            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
-    })
-    .await;
+    queue_metrics_again(&w).await;
     producer.abort();
     depth_watch.abort();
     endpoint.abort();
@@ -1036,7 +1034,7 @@ async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
     use backpressure_worker::worker_loop::{Handler, WorkerLoop};
 
     use crate::common::fleet::steady;
-    use crate::common::scene::{condition, has_condition};
+    use crate::common::scene::condition;
     use crate::common::serial;
     use crate::common::world::World;
 
@@ -1222,34 +1220,11 @@ async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
     w.prom
         .set_targets(std::slice::from_ref(&fleet_target))
         .unwrap();
-    let s = w
-        .wait_status(
-            Duration::from_secs(40),
-            "MetricsUnavailable without the broker's metrics",
-            |s| {
-                s.regime == Some(Regime::MetricsUnavailable)
-                    && has_condition(s, cond::METRICS_AVAILABLE, "False")
-            },
-        )
+    queue_metrics_unavailable_keep_replicas(&w, "MetricsUnavailable without the broker's metrics")
         .await;
-    let held = w.scene.replicas("w").await;
-    for _ in 0..8 {
-        assert_eq!(
-            w.scene.replicas("w").await,
-            held,
-            "replicas changed without queue metrics"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let c = condition(&s, cond::METRICS_AVAILABLE).unwrap();
-    assert!(c.message.contains("queue"), "{}", c.message);
 
     w.prom.set_targets(&with_rabbit()).unwrap();
-    w.wait_status(Duration::from_secs(40), "queue metrics again", |s| {
-        has_condition(s, cond::METRICS_AVAILABLE, "True")
-            && s.regime.is_some_and(|r| r != Regime::MetricsUnavailable)
-    })
-    .await;
+    queue_metrics_again(&w).await;
     publisher.abort();
     let _ = stop_tx.send(());
     let stats = consumer.await.unwrap();
