@@ -609,6 +609,23 @@ fn redis_exporter(
     p
 }
 
+/// Scaled out for the backlog, with the arrival rate read over a whole rate window of traffic.
+/// The queue's counters start with the test, and until one rate window (1 min) of traffic has
+/// passed `rate()` sees only part of it: a publisher at 5/s read as 2.9/s 35 s in, in a CI run.
+/// A preset that reads no arrivals never gets here.
+fn scaled_out_over_a_full_rate_window(
+    s: &backpressure_api::v1alpha1::WorkerBackpressureStatus,
+) -> bool {
+    use backpressure_api::v1alpha1::Regime;
+
+    s.regime == Some(Regime::Backlogged)
+        && s.replicas.as_ref().is_some_and(|r| r.desired > 2)
+        && s.fleet
+            .as_ref()
+            .and_then(|f| f.arrival_rate)
+            .is_some_and(|a| a >= 3.0)
+}
+
 /// The queue's series are gone (the exporter stopped, or its scrape target removed): the object
 /// reports MetricsUnavailable naming the queue, and the target's replicas stay where they are.
 async fn queue_metrics_unavailable_keep_replicas(w: &crate::common::world::World, what: &str) {
@@ -669,7 +686,6 @@ async fn redis_streams_preset_sizes_the_target_from_a_real_stream() {
     use std::time::{Duration, Instant};
 
     use backpressure_api::conditions as cond;
-    use backpressure_api::v1alpha1::Regime;
 
     use crate::common::fleet::steady;
     use crate::common::scene::condition;
@@ -734,12 +750,9 @@ async fn redis_streams_preset_sizes_the_target_from_a_real_stream() {
     // with the oldest waiting entry, and the target is scaled out for it.
     let s = w
         .wait_status(
-            Duration::from_secs(90),
-            "scaled out for the stream's backlog",
-            |s| {
-                s.regime == Some(Regime::Backlogged)
-                    && s.replicas.as_ref().is_some_and(|r| r.desired > 2)
-            },
+            Duration::from_secs(150),
+            "scaled out for the stream's backlog, with rates over a whole window",
+            scaled_out_over_a_full_rate_window,
         )
         .await;
     let fleet = s.fleet.clone().unwrap_or_default();
@@ -830,7 +843,7 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
     use std::time::Duration;
 
     use backpressure_api::conditions as cond;
-    use backpressure_api::v1alpha1::{Algorithm, Regime};
+    use backpressure_api::v1alpha1::Algorithm;
     use backpressure_api::wire::WorkerConfig;
     use backpressure_envtest::sqs::{ACCESS_KEY_ID, Moto, REGION, SECRET_ACCESS_KEY};
     use backpressure_worker::controller::{self, Outcome, Settings};
@@ -938,12 +951,9 @@ async fn sqs_preset_sizes_the_target_from_a_real_queue() {
 
     let s = w
         .wait_status(
-            Duration::from_secs(90),
-            "scaled out for the queue's backlog",
-            |s| {
-                s.regime == Some(Regime::Backlogged)
-                    && s.replicas.as_ref().is_some_and(|r| r.desired > 2)
-            },
+            Duration::from_secs(150),
+            "scaled out for the queue's backlog, with rates over a whole window",
+            scaled_out_over_a_full_rate_window,
         )
         .await;
     let fleet = s.fleet.clone().unwrap_or_default();
@@ -1020,7 +1030,6 @@ async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
     use std::time::{Duration, Instant};
 
     use backpressure_api::conditions as cond;
-    use backpressure_api::v1alpha1::Regime;
     use backpressure_worker::controller::{self, Algorithm, Outcome, Settings};
     use backpressure_worker::permits::Gate;
     use backpressure_worker::sources::rabbitmq::lapin::options::{
@@ -1175,12 +1184,9 @@ async fn rabbitmq_preset_sizes_the_target_from_a_real_queue() {
 
     let s = w
         .wait_status(
-            Duration::from_secs(90),
-            "scaled out for the queue's backlog",
-            |s| {
-                s.regime == Some(Regime::Backlogged)
-                    && s.replicas.as_ref().is_some_and(|r| r.desired > 2)
-            },
+            Duration::from_secs(150),
+            "scaled out for the queue's backlog, with rates over a whole window",
+            scaled_out_over_a_full_rate_window,
         )
         .await;
     let fleet = s.fleet.clone().unwrap_or_default();
