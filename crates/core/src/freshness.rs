@@ -30,6 +30,7 @@
 //! checked to hold the query unchanged.
 
 use promql_parser::parser::Expr;
+use promql_parser::parser::value::ValueType;
 
 use crate::tenancy::query::{
     self, MAX_NESTING, ScopeError, name_into_matcher, normalize, parse_bounded, sort_matchers, walk,
@@ -59,6 +60,12 @@ pub const MAX_INPUT_BYTES: usize = 4 * query::MAX_QUERY_BYTES;
 /// faithfully.
 pub fn with_freshness(query: &str) -> Result<String, ScopeError> {
     let expr = parse_bounded(query, MAX_INPUT_BYTES, MAX_NESTING + 1)?;
+    // `or` joins instant vectors only; a range vector is no value the operator can read either.
+    if expr.value_type() == ValueType::Matrix {
+        return Err(ScopeError::Unsupported(
+            "a range vector as its result (an instant vector is needed)".into(),
+        ));
+    }
     let selectors = selectors(&expr)?;
     if selectors.is_empty() {
         return Err(ScopeError::NoSeries);
@@ -238,6 +245,18 @@ mod tests {
         let same = vec!["m"; 2 * MAX_SELECTORS].join(" + ");
         assert_eq!(stamped(&fresh(&same)).len(), 2);
         assert!(matches!(with_freshness("sum("), Err(ScopeError::Parse(_))));
+    }
+
+    #[test]
+    fn a_range_vector_result_is_refused_as_unsupported() {
+        // Found by the tenancy fuzz test (`:[1]`): `(x[1s]) or …` does not parse.
+        for q in [":[1]", r#"jobs{namespace="a"}[5m]"#, "(m[1m])", "m[5m:1m]"] {
+            assert!(
+                matches!(with_freshness(q), Err(ScopeError::Unsupported(_))),
+                "{q}: {:?}",
+                with_freshness(q)
+            );
+        }
     }
 
     #[test]
