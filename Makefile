@@ -115,9 +115,11 @@ define run_e2e
 endef
 
 .PHONY: test
-test: deps k8s-bins lint manifests sdk-test lab-worker-go-test ## Install what is needed, lint, and run every test against real components (incl. e2e)
-	BP_K8S_BIN=$(K8S_BIN) $(CARGO) test --workspace --locked --no-fail-fast
-	$(call run_e2e,--skip partial_failure)
+# tools/test.sh runs the Go builds beside lint, the SDKs' tests and the test build, and KEDA's
+# build beside the tests that do not need it (cold CI: see its header); the same steps as
+# `make k8s-bins lint manifests sdk-test lab-worker-go-test`, the workspace's tests and `make e2e`.
+test: deps ## Install what is needed, lint, and run every test against real components (incl. e2e)
+	MAKE="$(MAKE)" CARGO="$(CARGO)" tools/test.sh
 
 # The SDKs in other languages (sdk/<language>/): each has a test.sh that installs its ecosystem's
 # dependencies (Go modules, a Python venv, npm packages) and runs its own test runner, the golden

@@ -15,8 +15,17 @@
 #   tools/k8s/redis-exporter/go.mod  github.com/oliver006/redis_exporter (the Redis Streams
 #                                queue preset's integration test; about 10 s cold)
 #
-# KEDA is built only with BP_KEDA=1 (or `tools/k8s/build.sh keda`): the lab and the tests that
-# compare against it ask for it; the other tests do not pay its ~15 CPU-minutes cold.
+# KEDA's binaries are built only with BP_KEDA=1 (or `tools/k8s/build.sh keda`): the lab and the
+# tests that compare against it ask for it; the other tests do not pay its ~15 CPU-minutes cold.
+# KEDA's CRDs (`keda-crds/`, a module download of seconds) are always there: the Guard-mode tests
+# apply the real ScaledObject CRD without running KEDA.
+#
+# Prometheus is built with only the service discoveries the project uses (file and http, which
+# upstream always includes, and kubernetes_sd): upstream's build tags `remove_all_sd` and
+# `enable_kubernetes_sd` leave out the cloud SDKs (about a third of its cold build).
+#
+# Each component is built under a lock file in the cache: a second build.sh started meanwhile
+# (`make test` builds KEDA in the background while tests run) waits and then finds it built.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,7 +41,8 @@ rexp_version=$(version_of github.com/oliver006/redis_exporter "$here/redis-expor
 cache=${BP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/backpressure-operator}
 
 k8s_key="k8s-${k8s_version}_etcd-${etcd_version}_helm-${helm_version}"
-prom_key="prometheus-${prom_version}"
+prom_tags=remove_all_sd,enable_kubernetes_sd
+prom_key="prometheus-${prom_version}-sd-kubernetes"
 k8s_out="$cache/$k8s_key/bin"
 prom_out="$cache/$prom_key/bin"
 keda_key="keda-${keda_version}"
@@ -96,7 +106,7 @@ build_prometheus() {
   pv=github.com/prometheus/common/version
   (
     cd "$here/prometheus"
-    go build -trimpath \
+    go build -trimpath -tags "$prom_tags" \
       -ldflags "-s -w -X $pv.Version=module-v$prom_version -X $pv.Branch=go-module-proxy -X $pv.Revision=v$prom_version" \
       -o "$tmp/prometheus" github.com/prometheus/prometheus/cmd/prometheus
   )
@@ -107,7 +117,7 @@ build_prometheus() {
 }
 
 build_keda() {
-  have "$keda_out" keda-operator keda-adapter && [ -d "$keda_out/crds" ] && return 0
+  have "$keda_out" keda-operator keda-adapter && return 0
   need_go "KEDA"
   local tmp="$cache/$keda_key/tmp.$$" start kv mod
   mkdir -p "$tmp"
@@ -121,15 +131,31 @@ build_keda() {
   )
   mv "$tmp/operator" "$tmp/keda-operator"
   mv "$tmp/adapter" "$tmp/keda-adapter"
-  mod=$(cd "$here/keda" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
-  mkdir -p "$tmp/crds"
-  cp "$mod"/config/crd/bases/*.yaml "$tmp/crds/"
-  chmod -R u+w "$tmp/crds"
   mkdir -p "$keda_out"
-  rm -rf "$keda_out/crds"
-  mv "$tmp/keda-operator" "$tmp/keda-adapter" "$tmp/crds" "$keda_out/"
+  mv "$tmp/keda-operator" "$tmp/keda-adapter" "$keda_out/"
   rm -rf "$tmp"
   echo "k8s-bins: $keda_key built in $(( $(date +%s) - start ))s" >&2
+}
+
+build_keda_crds() {
+  [ -d "$keda_out/crds" ] && return 0
+  need_go "KEDA's CRDs"
+  local tmp="$cache/$keda_key/tmp.$$" mod
+  mod=$(cd "$here/keda" && go mod download -json github.com/kedacore/keda/v2 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$mod/config/crd/bases" ] || { echo "k8s-bins: no CRDs in KEDA's module ($mod)" >&2; exit 1; }
+  mkdir -p "$tmp/crds" "$keda_out"
+  cp "$mod"/config/crd/bases/*.yaml "$tmp/crds/"
+  chmod -R u+w "$tmp/crds"
+  mv "$tmp/crds" "$keda_out/crds"
+  rm -rf "$tmp"
+}
+
+# Runs a build function holding its component's lock, so that concurrent build.sh runs build a
+# component once (the second waits, then finds it built).
+locked() { # key function
+  local key=$1; shift
+  mkdir -p "$cache"
+  ( flock 9; "$@" ) 9>"$cache/.$key.lock"
 }
 
 build_redis_exporter() {
@@ -150,10 +176,11 @@ build_redis_exporter() {
   echo "k8s-bins: $rexp_key built in $(( $(date +%s) - start ))s" >&2
 }
 
-build_k8s
-build_prometheus
-build_redis_exporter
-[ "$want_keda" = 1 ] && build_keda
+locked "$k8s_key" build_k8s
+locked "$prom_key" build_prometheus
+locked "$rexp_key" build_redis_exporter
+locked "$keda_key-crds" build_keda_crds
+[ "$want_keda" = 1 ] && locked "$keda_key" build_keda
 
 # One directory with every binary (symlinks into the keyed component directories).
 if ! have "$all_out" kube-apiserver kube-controller-manager kubectl etcd helm prometheus; then
@@ -162,10 +189,10 @@ if ! have "$all_out" kube-apiserver kube-controller-manager kubectl etcd helm pr
   ln -sfn "$prom_out/prometheus" "$all_out/prometheus"
 fi
 have "$all_out" redis_exporter || ln -sfn "$rexp_out/redis_exporter" "$all_out/redis_exporter"
+[ -d "$all_out/keda-crds" ] || ln -sfn "$keda_out/crds" "$all_out/keda-crds"
 if [ "$want_keda" = 1 ] && ! have "$all_out" keda-operator keda-adapter; then
   ln -sfn "$keda_out/keda-operator" "$all_out/keda-operator"
   ln -sfn "$keda_out/keda-adapter" "$all_out/keda-adapter"
-  ln -sfn "$keda_out/crds" "$all_out/keda-crds"
 fi
 echo "k8s-bins: up to date ($k8s_key, $prom_key, $rexp_key)" >&2
 echo "$all_out"

@@ -53,6 +53,22 @@ pub fn keda_bin_dir() -> Result<PathBuf, Error> {
     .map_err(Error::Binaries)
 }
 
+/// The directory of KEDA's CRDs, without building KEDA: `$BP_K8S_BIN/keda-crds` if it exists,
+/// otherwise that of `tools/k8s/build.sh`'s output (the CRDs come from a module download).
+pub fn keda_crds_dir() -> Result<PathBuf, Error> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("BP_K8S_BIN").map(PathBuf::from)
+            && dir.join("keda-crds").is_dir()
+        {
+            return Ok(dir.join("keda-crds"));
+        }
+        crate::run_build_script(&[]).map(|dir| dir.join("keda-crds"))
+    })
+    .clone()
+    .map_err(Error::Binaries)
+}
+
 /// The HPA controller's flags (`kube-controller-manager --horizontal-pod-autoscaler-*`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HpaControllerFlags {

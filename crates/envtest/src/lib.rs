@@ -34,7 +34,9 @@ mod rabbitmq;
 pub mod redis;
 pub mod sqs;
 
-pub use keda::{HpaControllerFlags, KEDA_NAMESPACE, KEDA_VERSION, Keda, keda_bin_dir};
+pub use keda::{
+    HpaControllerFlags, KEDA_NAMESPACE, KEDA_VERSION, Keda, keda_bin_dir, keda_crds_dir,
+};
 pub use pki::Pki;
 pub use process::Supervised;
 pub use prometheus::{Prometheus, ScrapeTarget, urlencode};

@@ -21,10 +21,11 @@ pub async fn install_crds(client: &kube::Client) {
     install(client, &files).await;
 }
 
-/// Applies KEDA's real ScaledObject CRD (from the KEDA build `tools/k8s/build.sh keda` caches).
+/// Applies KEDA's real ScaledObject CRD (from KEDA's module, which `tools/k8s/build.sh` caches
+/// beside the binaries).
 pub async fn install_keda_scaledobject_crd(client: &kube::Client) {
-    let dir = backpressure_envtest::keda_bin_dir().unwrap();
-    install(client, &[dir.join("keda-crds/keda.sh_scaledobjects.yaml")]).await;
+    let dir = backpressure_envtest::keda_crds_dir().unwrap();
+    install(client, &[dir.join("keda.sh_scaledobjects.yaml")]).await;
 }
 
 /// Server-side applies each CRD file and waits until each is Established.
