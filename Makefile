@@ -115,9 +115,9 @@ define run_e2e
 endef
 
 .PHONY: test
-# tools/test.sh runs the Go builds beside lint, the SDKs' tests and the test build, and KEDA's
-# build beside the tests that do not need it (cold CI: see its header); the same steps as
-# `make k8s-bins lint manifests sdk-test lab-worker-go-test`, the workspace's tests and `make e2e`.
+# tools/test.sh: the same steps as `make k8s-bins lint manifests sdk-test lab-worker-go-test`, the
+# workspace's tests and `make e2e`, with KEDA's build beside the tests that do not need it (cold
+# CI: see its header), and the SDKs' tests against the real API server (BP_K8S_BIN).
 test: deps ## Install what is needed, lint, and run every test against real components (incl. e2e)
 	MAKE="$(MAKE)" CARGO="$(CARGO)" tools/test.sh
 
