@@ -1,7 +1,9 @@
 //! `make bench-scale`: the operator at fleet scale against real components.
 //!
 //! N WorkerBackpressure objects (default 10,000) across M namespaces (default 100), each with a
-//! Deployment to scale through `/scale` (no pods), on a real kube-apiserver + etcd
+//! Deployment to scale through `/scale` and its pods (default 5 per workload: 50,000, shaped like
+//! worker pods and left Pending: no kubelet runs, so the operator's pod cache holds what a real
+//! cluster's would), on a real kube-apiserver + etcd
 //! (`backpressure-envtest`, audit log on); a real Prometheus scraping a generated exposition of
 //! the wire-contract metrics of every workload; the operator binary built in release mode,
 //! running as its ServiceAccount under the chart's RBAC with `--requeue-interval=15s`.
@@ -52,6 +54,7 @@ use backpressure_envtest::TestEnv;
 use clap::Parser;
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -73,6 +76,10 @@ struct Args {
     /// Workloads whose metrics change in the latency experiment.
     #[arg(long, default_value_t = 100)]
     latency_samples: usize,
+    /// Pods per workload, labelled as the Deployment's selector picks them, so that the
+    /// operator's pod cache holds what a real cluster's would (0: none).
+    #[arg(long, default_value_t = 5)]
+    pods_per_object: usize,
     /// Creates in flight while setting up.
     #[arg(long, default_value_t = 32)]
     create_concurrency: usize,
@@ -105,6 +112,66 @@ const TARGET_AGE: f64 = 60.0;
 /// The latency sample changes in this many steps spread over one interval.
 const LATENCY_GROUPS: usize = 10;
 const INITIAL_REPLICAS: i32 = 2;
+
+/// Pod `k` of workload `name`, shaped like a worker pod of a Deployment: the selector's label
+/// and a pod-template hash, an owner reference, the worker library's environment, the admin
+/// port, probes, resources and a projected ServiceAccount token (about 2.5 KiB of JSON).
+fn bench_pod(name: &str, k: usize) -> Pod {
+    let env: Vec<_> = [
+        ("BACKPRESSURE_ADMIN_ADDR", "0.0.0.0:9090"),
+        ("BACKPRESSURE_CONFIG_AUDIENCE", "backpressure.dev/config"),
+        ("QUEUE_URL", "redis://queue.bench.svc:6379/0"),
+        ("QUEUE_NAME", "jobs"),
+        ("DEPENDENCY_URL", "https://dependency.bench.svc"),
+        ("RUST_LOG", "info"),
+    ]
+    .iter()
+    .map(|(k, v)| json!({"name": k, "value": v}))
+    .collect();
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("{name}-7d9f8c6b5-{k:05}"),
+            "labels": {"app": name, "pod-template-hash": "7d9f8c6b5"},
+            "annotations": {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": "9090",
+                "kubectl.kubernetes.io/default-container": "worker",
+            },
+            "ownerReferences": [{
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": format!("{name}-7d9f8c6b5"),
+                "uid": "00000000-0000-0000-0000-000000000000",
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": {
+            "serviceAccountName": "default",
+            "terminationGracePeriodSeconds": 60,
+            "containers": [{
+                "name": "worker",
+                "image": "registry.example/backpressure/worker:0.2.0",
+                "args": ["--queue", "jobs"],
+                "env": env,
+                "ports": [{"name": "admin", "containerPort": 9090, "protocol": "TCP"}],
+                "resources": {
+                    "requests": {"cpu": "250m", "memory": "128Mi"},
+                    "limits": {"memory": "256Mi"},
+                },
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"}, "periodSeconds": 5},
+                "livenessProbe": {"httpGet": {"path": "/livez", "port": "admin"}, "periodSeconds": 10},
+                "volumeMounts": [{"name": "config-token", "mountPath": "/var/run/secrets/backpressure", "readOnly": true}],
+                "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false},
+            }],
+            "volumes": [{
+                "name": "config-token",
+                "projected": {"sources": [{"serviceAccountToken": {"audience": "backpressure.dev/config", "expirationSeconds": 3600, "path": "token"}}]},
+            }],
+        },
+    }))
+    .unwrap()
+}
 
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
@@ -246,6 +313,37 @@ async fn run(args: &Args) -> String {
         "created {} objects in {create_secs:.1}s ({:.0}/s)",
         2 * n,
         2.0 * n as f64 / create_secs
+    );
+
+    // The pods of every workload, as its ReplicaSet would create them (no kubelet runs here,
+    // so they stay Pending).
+    let pod_count = n * args.pods_per_object;
+    eprintln!("creating {pod_count} pods");
+    let pods_created = Instant::now();
+    let pod_specs = workloads
+        .iter()
+        .flat_map(|w| (0..args.pods_per_object).map(move |k| (w, k)));
+    futures::stream::iter(pod_specs)
+        .for_each_concurrent(args.create_concurrency, |((ns, name), k)| {
+            let client = client.clone();
+            let errors = &errors;
+            async move {
+                let api: Api<Pod> = Api::namespaced(client, ns);
+                if api
+                    .create(&PostParams::default(), &bench_pod(name, k))
+                    .await
+                    .is_err()
+                {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+    let pods_secs = pods_created.elapsed().as_secs_f64();
+    assert_eq!(errors.load(Ordering::Relaxed), 0, "some pod creates failed");
+    eprintln!(
+        "created {pod_count} pods in {pods_secs:.1}s ({:.0}/s)",
+        pod_count as f64 / pods_secs.max(1e-9)
     );
 
     // Every workload's series is in Prometheus before the operator starts.
@@ -562,6 +660,11 @@ async fn run(args: &Args) -> String {
         2 * n,
         2.0 * n as f64 / create_secs,
         args.create_concurrency
+    );
+    let _ = writeln!(
+        out,
+        "| pods created ({} per workload, Pending: no kubelet runs) | {pod_count} in {pods_secs:.0} s |",
+        args.pods_per_object
     );
     let _ = writeln!(
         out,
