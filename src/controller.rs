@@ -28,14 +28,15 @@ use crate::metrics::{FleetGauges, Metrics};
 use crate::observe::autoscalers::AutoscalerIndex;
 use crate::observe::owners::OwnersIndex;
 use crate::observe::prometheus::{Changed, MetricsHub};
-use crate::observe::target::KindCache;
+use crate::observe::target::{KindCache, PodIndex};
 use crate::reconcile::{self, Context, ReconcileError, Settings};
 
 /// How often BackpressurePolicy statuses are recomputed (and a brake's expiry noticed).
 pub const POLICY_STATUS_INTERVAL: Duration = Duration::from_secs(2);
 
-/// How stale the grouping of objects by target may be: a conflict between two objects naming
-/// one target is noticed at most this much after the second appears.
+/// How stale the grouping of objects by target may be (a conflict between two objects naming
+/// one target is noticed at most this much after the second appears), and that of the pods by
+/// namespace.
 const OWNERS_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// The objects to reconcile when the hub announces changed workloads: those in the workload's
@@ -150,20 +151,8 @@ pub async fn run(
             WatcherConfig::default().any_semantic(),
         )
         .default_backoff()
-        .modify(|p: &mut Pod| {
-            // Keep only what the operator reads: labels, annotations, IP, readiness, ports.
-            p.metadata.managed_fields = None;
-            if let Some(spec) = p.spec.as_mut() {
-                spec.volumes = None;
-                spec.init_containers = None;
-                for c in &mut spec.containers {
-                    c.env = None;
-                    c.volume_mounts = None;
-                    c.args = None;
-                    c.command = None;
-                }
-            }
-        }),
+        // Keep only what the operator reads: labels, admin annotations and port, IP, readiness.
+        .modify(crate::observe::target::for_cache),
     );
     let (configmaps, cm_writer) = reflector::store();
     let cm_stream = reflector::reflector(
@@ -235,6 +224,7 @@ pub async fn run(
         namespaces: namespaces.clone(),
         wbps: store.clone(),
         owners: OwnersIndex::new(OWNERS_MAX_AGE),
+        pod_index: PodIndex::new(OWNERS_MAX_AGE),
         autoscalers: autoscalers.clone(),
         settings,
     });

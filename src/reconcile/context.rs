@@ -49,6 +49,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// All pods (shared reflector).
     pub pods: Store<Pod>,
+    /// The pods by namespace, for [`crate::observe::target::PodIndex::pods_of`].
+    pub pod_index: crate::observe::target::PodIndex,
     /// The operator's ConfigMaps.
     pub configmaps: Store<ConfigMap>,
     /// All BackpressurePolicy objects.
