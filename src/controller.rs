@@ -34,9 +34,8 @@ use crate::reconcile::{self, Context, ReconcileError, Settings};
 /// How often BackpressurePolicy statuses are recomputed (and a brake's expiry noticed).
 pub const POLICY_STATUS_INTERVAL: Duration = Duration::from_secs(2);
 
-/// How stale the grouping of objects by target may be (a conflict between two objects naming
-/// one target is noticed at most this much after the second appears), and that of the pods by
-/// namespace.
+/// How stale the grouping of objects by target may be: a conflict between two objects naming
+/// one target is noticed at most this much after the second appears.
 const OWNERS_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// The objects to reconcile when the hub announces changed workloads: those in the workload's
@@ -154,6 +153,9 @@ pub async fn run(
         // Keep only what the operator reads: labels, admin annotations and port, IP, readiness.
         .modify(crate::observe::target::for_cache),
     );
+    // Pods by namespace, rebuilt after the pod watch reports a change (at most every 100 ms).
+    let pod_index = Arc::new(PodIndex::new(Duration::from_millis(100)));
+    let pod_changes = pod_index.clone();
     let (configmaps, cm_writer) = reflector::store();
     let cm_stream = reflector::reflector(
         cm_writer,
@@ -224,7 +226,7 @@ pub async fn run(
         namespaces: namespaces.clone(),
         wbps: store.clone(),
         owners: OwnersIndex::new(OWNERS_MAX_AGE),
-        pod_index: PodIndex::new(OWNERS_MAX_AGE),
+        pod_index: pod_index.clone(),
         autoscalers: autoscalers.clone(),
         settings,
     });
@@ -302,7 +304,7 @@ pub async fn run(
 
     // Keep the side reflectors running.
     let side = futures::stream::select_all(vec![
-        pod_stream.map(|_| ()).boxed(),
+        pod_stream.map(move |_| pod_changes.invalidate()).boxed(),
         cm_stream.map(|_| ()).boxed(),
         ns_stream.map(|_| ()).boxed(),
         autoscaler_stream.boxed(),

@@ -50,7 +50,7 @@ pub struct Context {
     /// All pods (shared reflector).
     pub pods: Store<Pod>,
     /// The pods by namespace, for [`crate::observe::target::PodIndex::pods_of`].
-    pub pod_index: crate::observe::target::PodIndex,
+    pub pod_index: std::sync::Arc<crate::observe::target::PodIndex>,
     /// The operator's ConfigMaps.
     pub configmaps: Store<ConfigMap>,
     /// All BackpressurePolicy objects.
