@@ -22,8 +22,10 @@
 //! 1. `A / T > 1 + tol` (backlogged): `max(c, n_rate)` when `n_rate` is known (sized by
 //!    throughput, so no HPA runaway on a lagging age signal; never a scale-in while the queue is
 //!    too old), else `n_age`.
-//! 2. `n_rate > max(c, 1)·(1 + tol)`: `n_rate`. Arrivals or backlog exceed what the fleet
-//!    completes before the age shows it: scale out early.
+//! 2. `n_rate > max(c, 1)·(1 + tol)` while messages wait beyond noise (`A > tol · T`, or with
+//!    the age unknown `D > λ · tol · T`): `n_rate`. Arrivals or backlog exceed what the fleet
+//!    completes before the age reaches the target: scale out early. Without the wait, `λ ≈ μ`
+//!    up to the noise of two rate windows, and the ratio alone would add pods on noise.
 //! 3. `A / T < 1 − tol`: `n_age` (as an HPA on queue age would; the scale-down stabilization
 //!    window and step limit temper it), but never below the keep-up size `n_keep = λ / p`
 //!    while the fleet is saturated, `A / T > tol`; see below.
@@ -152,7 +154,7 @@ pub fn size(
                 c_ref * r
             }
         }
-    } else if let Some(n) = n_rate.filter(|n| *n > c_ref * up) {
+    } else if let Some(n) = n_rate.filter(|n| *n > c_ref * up && waiting(fleet, t)) {
         rate_basis(&mut basis, fleet, backlog, t, per_pod, ready, n);
         n
     } else if let Some(r) = ratio.filter(|r| *r < down) {
@@ -236,6 +238,23 @@ pub fn size(
         backlogged,
         basis,
     })
+}
+
+/// Whether messages wait beyond noise, the condition of rule 2: the age is above `tol · T`
+/// (the saturation test of rule 3's keep-up floor) or, with the age unknown, the depth is above
+/// the `λ · tol · T` that many seconds of arrivals leave in the queue (Little's law). With
+/// neither known it says yes, as before the check existed.
+///
+/// A fleet that keeps up completes what arrives, so `λ / μ` wanders around 1 with the noise of
+/// two counters over one rate window (±10% at 200 events per window), and rule 2 alone would
+/// add a pod on noise. A fleet that does not keep up leaves messages waiting at once: a surge
+/// saturates the pods and the age passes `tol · T` within about that many seconds.
+fn waiting(fleet: &FleetMetrics, t: f64) -> bool {
+    match (fleet.queue_age, fleet.queue_depth, fleet.arrival_rate) {
+        (Some(a), _, _) => a > TOLERANCE * t,
+        (None, Some(d), Some(lambda)) => d > lambda * TOLERANCE * t,
+        _ => true,
+    }
 }
 
 /// `n_keep = λ / p`: the replicas that keep up with arrivals at the measured per-pod completion
@@ -417,6 +436,46 @@ mod tests {
                 Some(150.0),
                 Some(100.0),
                 Some(15),
+            ),
+            (
+                "arrivals 11% above completions, nothing waits: noise, no scale-out",
+                2,
+                2,
+                Some(0.05),
+                Some(2.0),
+                Some(20.0),
+                Some(18.0),
+                Some(1),
+            ),
+            (
+                "arrivals 11% above completions, messages wait: scale out early",
+                2,
+                2,
+                Some(7.0),
+                Some(140.0),
+                Some(20.0),
+                Some(18.0),
+                Some(3),
+            ),
+            (
+                "age unknown, arrivals above completions, depth within noise: keeps its size",
+                2,
+                2,
+                None,
+                Some(5.0),
+                Some(20.0),
+                Some(18.0),
+                Some(2),
+            ),
+            (
+                "age unknown, arrivals above completions, depth growing: scale out early",
+                2,
+                2,
+                None,
+                Some(500.0),
+                Some(20.0),
+                Some(18.0),
+                Some(3),
             ),
             (
                 "idle queue: age-based scale-in",
