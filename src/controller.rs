@@ -9,7 +9,7 @@ use std::time::Duration;
 use backpressure_api::{BackpressurePolicy, WorkerBackpressure};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -27,8 +27,9 @@ use crate::errors::Chain;
 use crate::metrics::{FleetGauges, Metrics};
 use crate::observe::autoscalers::AutoscalerIndex;
 use crate::observe::owners::OwnersIndex;
+use crate::observe::pods::{PodCache, WorkerPod};
 use crate::observe::prometheus::{Changed, MetricsHub};
-use crate::observe::target::{KindCache, PodIndex};
+use crate::observe::target::KindCache;
 use crate::reconcile::{self, Context, ReconcileError, Settings};
 
 /// How often BackpressurePolicy statuses are recomputed (and a brake's expiry noticed).
@@ -142,20 +143,21 @@ pub async fn run(
         metrics.set_leader(true);
     }
 
-    let (pods, pod_writer) = reflector::store();
-    let pod_stream = reflector::reflector(
-        pod_writer,
+    // Every pod, compact: only what the operator reads is parsed and kept (observe::pods).
+    let pods = Arc::new(PodCache::default());
+    let pod_stream = {
+        let pods = pods.clone();
         watcher(
-            Api::<Pod>::all(client.clone()),
+            Api::<WorkerPod>::all(client.clone()),
             WatcherConfig::default().any_semantic(),
         )
         .default_backoff()
-        // Keep only what the operator reads: labels, admin annotations and port, IP, readiness.
-        .modify(crate::observe::target::for_cache),
-    );
-    // Pods by namespace, rebuilt after the pod watch reports a change (at most every 100 ms).
-    let pod_index = Arc::new(PodIndex::new(Duration::from_millis(100)));
-    let pod_changes = pod_index.clone();
+        .map(move |event| {
+            if let Ok(event) = event {
+                pods.apply(event);
+            }
+        })
+    };
     let (configmaps, cm_writer) = reflector::store();
     let cm_stream = reflector::reflector(
         cm_writer,
@@ -226,7 +228,6 @@ pub async fn run(
         namespaces: namespaces.clone(),
         wbps: store.clone(),
         owners: OwnersIndex::new(OWNERS_MAX_AGE),
-        pod_index: pod_index.clone(),
         autoscalers: autoscalers.clone(),
         settings,
     });
@@ -267,12 +268,7 @@ pub async fn run(
                 .requeue_interval
                 .max(Duration::from_secs(1));
             tokio::time::sleep(every).await;
-            let alive: std::collections::HashSet<String> = sweep_ctx
-                .pods
-                .state()
-                .iter()
-                .filter_map(|p| p.metadata.uid.clone())
-                .collect();
+            let alive = sweep_ctx.pods.uids();
             sweep_ctx.pusher.retain_pods(&|uid| alive.contains(uid));
         }
     });
@@ -304,7 +300,7 @@ pub async fn run(
 
     // Keep the side reflectors running.
     let side = futures::stream::select_all(vec![
-        pod_stream.map(move |_| pod_changes.invalidate()).boxed(),
+        pod_stream.boxed(),
         cm_stream.map(|_| ()).boxed(),
         ns_stream.map(|_| ()).boxed(),
         autoscaler_stream.boxed(),

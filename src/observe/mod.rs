@@ -3,6 +3,7 @@
 pub mod access;
 pub mod autoscalers;
 pub mod owners;
+pub mod pods;
 pub mod prometheus;
 pub mod promql;
 pub mod target;

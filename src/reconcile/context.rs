@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backpressure_api::{BackpressurePolicy, WorkerBackpressure};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::Store;
 
@@ -47,10 +47,8 @@ pub struct Context {
     pub tokens: TokenSource,
     /// Event recorder.
     pub recorder: Recorder,
-    /// All pods (shared reflector).
-    pub pods: Store<Pod>,
-    /// The pods by namespace, for [`crate::observe::target::PodIndex::pods_of`].
-    pub pod_index: std::sync::Arc<crate::observe::target::PodIndex>,
+    /// All pods, compact ([`crate::observe::pods::PodCache::pods_of`]).
+    pub pods: std::sync::Arc<crate::observe::pods::PodCache>,
     /// The operator's ConfigMaps.
     pub configmaps: Store<ConfigMap>,
     /// All BackpressurePolicy objects.

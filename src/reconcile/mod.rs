@@ -263,7 +263,7 @@ pub struct Observed {
 pub async fn observe_step(ctx: &Context, ns: &str, eff: &Effective, now: Timestamp) -> Observed {
     let target = target::read_target(&ctx.client, &ctx.kinds, ns, &eff.target_ref).await;
     let pods = match &target {
-        Ok(t) => ctx.pod_index.pods_of(&ctx.pods, ns, &t.selector),
+        Ok(t) => ctx.pods.pods_of(ns, &t.selector),
         Err(_) => Vec::new(),
     };
     let fleet = async {

@@ -70,7 +70,7 @@ pub async fn producers_step(
     let (pods, workload) = match &spec.target_ref {
         Some(t) => {
             let pods = match target::read_target(&ctx.client, &ctx.kinds, ns, t).await {
-                Ok(state) => ctx.pod_index.pods_of(&ctx.pods, ns, &state.selector),
+                Ok(state) => ctx.pods.pods_of(ns, &state.selector),
                 Err(e) => {
                     let message = format!("producer workload: {}", errors::with_cause(&e));
                     let reported = previous
