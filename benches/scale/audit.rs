@@ -3,6 +3,8 @@
 use std::io::Read;
 use std::io::Seek;
 use std::io::SeekFrom;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 
 use backpressure_envtest::TestEnv;
 
@@ -28,7 +30,10 @@ impl AuditWrite {
     }
 }
 
+/// Follows `audit.log` across the API server's rotations (at 100 MB it renames the file and
+/// starts a new one): the open handle is read to its end, then the new file from its start.
 pub(super) struct Audit {
+    path: PathBuf,
     file: std::fs::File,
     partial: String,
     user: String,
@@ -36,8 +41,10 @@ pub(super) struct Audit {
 
 impl Audit {
     pub(super) fn open(env: &TestEnv) -> Audit {
-        let file = std::fs::File::open(env.dir().join("audit.log")).unwrap();
+        let path = env.dir().join("audit.log");
+        let file = std::fs::File::open(&path).unwrap();
         Audit {
+            path,
             file,
             partial: String::new(),
             user: operator::operator_user(),
@@ -52,8 +59,18 @@ impl Audit {
 
     /// The operator's writes since the last call.
     pub(super) fn new_writes(&mut self) -> Vec<AuditWrite> {
+        // Rotation is checked before reading: the renamed file is complete once the new one
+        // exists, so reading the open handle to its end then loses nothing.
+        let rotated = match (std::fs::metadata(&self.path), self.file.metadata()) {
+            (Ok(now), Ok(open)) => now.ino() != open.ino() || now.dev() != open.dev(),
+            _ => false,
+        };
         let mut buf = String::new();
         let _ = self.file.read_to_string(&mut buf);
+        if rotated && let Ok(file) = std::fs::File::open(&self.path) {
+            self.file = file;
+            let _ = self.file.read_to_string(&mut buf);
+        }
         self.partial.push_str(&buf);
         let mut out = Vec::new();
         let complete = match self.partial.rfind('\n') {
