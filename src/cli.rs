@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::observe::scope::WatchScope;
+
 /// backpressure-operator: backpressure-aware autoscaling for queue workers.
 #[derive(Debug, Parser)]
 #[command(
@@ -138,6 +140,13 @@ pub struct RunArgs {
     #[arg(long, env = "BP_PUSH_TOKEN_RENEW", default_value = "5m", value_parser = parse_duration, hide = true)]
     pub push_token_renew: Duration,
 
+    /// Namespaces whose WorkerBackpressures, targets, pods, ConfigMaps and autoscalers the
+    /// operator watches, comma-separated (default: every namespace). With a list, the operator
+    /// needs those rights only in a Role per listed namespace (chart value `watchNamespaces`);
+    /// BackpressurePolicies and Namespaces are still watched cluster-wide.
+    #[arg(long, env = "BP_WATCH_NAMESPACES", default_value = "", value_parser = parse_scope)]
+    pub watch_namespaces: WatchScope,
+
     /// Log filter when `RUST_LOG` is unset (error, warn, info, debug, trace).
     #[arg(long, env = "BP_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -145,6 +154,10 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "BP_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+}
+
+fn parse_scope(s: &str) -> Result<WatchScope, String> {
+    WatchScope::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -27,8 +27,9 @@ use crate::errors::Chain;
 use crate::metrics::{FleetGauges, Metrics};
 use crate::observe::autoscalers::AutoscalerIndex;
 use crate::observe::owners::OwnersIndex;
-use crate::observe::pods::{PodCache, WorkerPod};
+use crate::observe::pods::PodCache;
 use crate::observe::prometheus::{Changed, MetricsHub};
+use crate::observe::scope::{self, Known, WatchScope};
 use crate::observe::target::KindCache;
 use crate::reconcile::{self, Context, ReconcileError, Settings};
 
@@ -84,6 +85,40 @@ fn metric_triggers(
     })
 }
 
+/// The API of `K` in namespace `ns`, or cluster-wide.
+fn in_scope<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The objects a reflector `store` holds in a namespace (for a scoped watch's relist).
+fn known_in<K>(store: &Store<K>) -> Known<K>
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let store = store.clone();
+    Arc::new(move |ns: &str| {
+        store
+            .state()
+            .iter()
+            .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+            .map(|o| (**o).clone())
+            .collect()
+    })
+}
+
+/// For watches that only trigger reconciles.
+fn nothing_known<K>() -> Known<K> {
+    Arc::new(|_: &str| Vec::new())
+}
+
 /// What [`run`] needs besides the client.
 #[derive(Debug)]
 pub struct RunOptions {
@@ -105,6 +140,8 @@ pub struct RunOptions {
     pub concurrency: u16,
     /// Leadership, when leader election is on.
     pub leader: Option<watch::Receiver<bool>>,
+    /// The namespaces watched (`--watch-namespaces`).
+    pub scope: WatchScope,
 }
 
 /// Runs the operator until `shutdown` resolves. With `leader` set, reconciles only while this
@@ -124,9 +161,13 @@ pub async fn run(
         health,
         concurrency,
         mut leader,
+        scope,
     } = options;
     metrics.export_reconcile_error_categories(&ReconcileError::CATEGORIES);
-    let wbps: Api<WorkerBackpressure> = Api::all(client.clone());
+    let wbps: Api<WorkerBackpressure> = match &scope {
+        WatchScope::All => Api::all(client.clone()),
+        WatchScope::Namespaces(ns) => in_scope(&client, ns.first().map(String::as_str)),
+    };
     // Fail early and clearly when the CRDs are missing.
     if let Err(e) = wbps.list(&kube::api::ListParams::default().limit(1)).await {
         return Err(RunError::Crd(e));
@@ -146,12 +187,13 @@ pub async fn run(
     // Every pod, compact: only what the operator reads is parsed and kept (observe::pods).
     let pods = Arc::new(PodCache::default());
     let pod_stream = {
-        let pods = pods.clone();
-        watcher(
-            Api::<WorkerPod>::all(client.clone()),
+        let (known, pods) = (pods.clone(), pods.clone());
+        scope::watch(
+            &scope,
+            |ns| in_scope(&client, ns),
             WatcherConfig::default().any_semantic(),
+            Arc::new(move |ns: &str| known.tombstones(ns)),
         )
-        .default_backoff()
         .map(move |event| {
             if let Ok(event) = event {
                 pods.apply(event);
@@ -159,13 +201,15 @@ pub async fn run(
         })
     };
     let (configmaps, cm_writer) = reflector::store();
+    let managed = WatcherConfig::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let cm_stream = reflector::reflector(
         cm_writer,
-        watcher(
-            Api::<ConfigMap>::all(client.clone()),
-            WatcherConfig::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+        scope::watch(
+            &scope,
+            |ns| in_scope(&client, ns),
+            managed.clone(),
+            known_in(&configmaps),
         )
-        .default_backoff()
         // Only what `configmap::up_to_date` compares: the data becomes a digest.
         .modify(configmap::for_cache),
     );
@@ -191,10 +235,15 @@ pub async fn run(
     // The controller's own cache, without managedFields: at fleet scale they are most of each
     // object's bytes, and the operator never reads them.
     let (store, wbp_writer) = reflector::store();
-    let wbp_stream = watcher(wbps, WatcherConfig::default().any_semantic())
-        .modify(|o: &mut WorkerBackpressure| o.metadata.managed_fields = None)
-        .reflect(wbp_writer)
-        .applied_objects();
+    let wbp_stream = scope::watch(
+        &scope,
+        |ns| in_scope(&client, ns),
+        WatcherConfig::default().any_semantic(),
+        known_in(&store),
+    )
+    .modify(|o: &mut WorkerBackpressure| o.metadata.managed_fields = None)
+    .reflect(wbp_writer)
+    .applied_objects();
     let controller = Controller::for_stream(wbp_stream, store.clone())
         .with_config(
             ControllerConfig::default()
@@ -205,7 +254,7 @@ pub async fn run(
     // Every HPA and ScaledObject by the workload it scales: an Active object whose target
     // another autoscaler scales does not write /scale (no fight over replicas).
     let autoscalers = AutoscalerIndex::default();
-    let autoscaler_stream = autoscalers.watch(&client);
+    let autoscaler_stream = autoscalers.watch(&client, &scope);
     let hub = MetricsHub::new(metrics.clone()).map_err(RunError::Http)?;
     // Objects whose metrics changed are reconciled at once, not at their next requeue.
     let metric_changes = metric_triggers(hub.subscribe(), store.clone());
@@ -352,19 +401,35 @@ pub async fn run(
         }
     };
 
+    // Triggers only: a relist needs no deletes (`nothing_known`).
     controller
-        .owns(
-            Api::<ConfigMap>::all(client.clone()),
-            WatcherConfig::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+        .owns_stream(
+            scope::watch(
+                &scope,
+                |ns| in_scope::<ConfigMap>(&client, ns),
+                managed,
+                nothing_known(),
+            )
+            .touched_objects(),
         )
-        .watches(
-            Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
-            WatcherConfig::default(),
+        .watches_stream(
+            scope::watch(
+                &scope,
+                |ns| in_scope::<PartialObjectMeta<Deployment>>(&client, ns),
+                WatcherConfig::default(),
+                nothing_known(),
+            )
+            .touched_objects(),
             target_mapper::<Deployment>("Deployment", store.clone()),
         )
-        .watches(
-            Api::<PartialObjectMeta<StatefulSet>>::all(client.clone()),
-            WatcherConfig::default(),
+        .watches_stream(
+            scope::watch(
+                &scope,
+                |ns| in_scope::<PartialObjectMeta<StatefulSet>>(&client, ns),
+                WatcherConfig::default(),
+                nothing_known(),
+            )
+            .touched_objects(),
             target_mapper::<StatefulSet>("StatefulSet", store.clone()),
         )
         .reconcile_all_on(policy_changes)

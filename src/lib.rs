@@ -114,6 +114,7 @@ pub async fn run(args: cli::RunArgs) -> anyhow::Result<()> {
         health,
         concurrency: args.concurrency,
         leader,
+        scope: args.watch_namespaces.clone(),
     };
     controller::run(client, options, shutdown_signal())
         .await

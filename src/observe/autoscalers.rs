@@ -14,9 +14,11 @@ use std::sync::{Arc, Mutex};
 use backpressure_api::v1alpha1::{GuardKind, TargetRef};
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::WatchStreamExt as _;
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{self, Event};
+
+use super::scope::{self, Known, WatchScope};
 
 /// A workload as an autoscaler names it: namespace, API group (not the version: `apps/v1` and
 /// `apps/v1beta2` name the same Deployment), kind and name.
@@ -103,7 +105,7 @@ impl AutoscalerIndex {
     }
 
     /// Applies one watch event of `kind` (`target` extracts what the autoscaler scales).
-    pub fn apply<K>(
+    pub fn apply<K: kube::Resource>(
         &self,
         kind: GuardKind,
         event: Event<K>,
@@ -117,7 +119,9 @@ impl AutoscalerIndex {
                 }
             }
             Event::Delete(obj) => {
-                if let Some((ns, name, _)) = target(&obj) {
+                // By metadata alone: a scoped watch's relist deletes with a name-only object.
+                let m = obj.meta();
+                if let (Some(ns), Some(name)) = (m.namespace.clone(), m.name.clone()) {
                     idx.remove(&(kind, ns, name));
                 }
             }
@@ -150,20 +154,69 @@ impl AutoscalerIndex {
         }
     }
 
-    /// Feeds the index from watches of every HorizontalPodAutoscaler and every ScaledObject;
-    /// the returned stream must be polled (it yields nothing of interest).
-    pub fn watch(&self, client: &kube::Client) -> impl Stream<Item = ()> + Send + 'static {
-        let hpas = watcher(
-            Api::<HorizontalPodAutoscaler>::all(client.clone()),
+    /// The names of the autoscalers of `kind` in `namespace` the index has.
+    fn names_in(&self, kind: GuardKind, namespace: &str) -> Vec<String> {
+        self.lock()
+            .by_autoscaler
+            .keys()
+            .filter(|(k, ns, _)| *k == kind && ns == namespace)
+            .map(|(_, _, name)| name.clone())
+            .collect()
+    }
+
+    /// Feeds the index from watches of every HorizontalPodAutoscaler and every ScaledObject in
+    /// `scope`; the returned stream must be polled (it yields nothing of interest).
+    pub fn watch(
+        &self,
+        client: &kube::Client,
+        scope: &WatchScope,
+    ) -> impl Stream<Item = ()> + Send + 'static {
+        let known_hpas: Known<HorizontalPodAutoscaler> = {
+            let index = self.clone();
+            Arc::new(move |ns: &str| {
+                index
+                    .names_in(GuardKind::HorizontalPodAutoscaler, ns)
+                    .into_iter()
+                    .map(|name| HorizontalPodAutoscaler {
+                        metadata: ObjectMeta {
+                            name: Some(name),
+                            namespace: Some(ns.to_owned()),
+                            ..ObjectMeta::default()
+                        },
+                        ..HorizontalPodAutoscaler::default()
+                    })
+                    .collect()
+            })
+        };
+        let hpas = scope::watch(
+            scope,
+            |ns| match ns {
+                Some(ns) => Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            },
             watcher::Config::default().any_semantic(),
-        )
-        .default_backoff();
+            known_hpas,
+        );
         let so_resource = api_resource(GuardKind::ScaledObject);
-        let scaled_objects = watcher(
-            Api::<DynamicObject>::all_with(client.clone(), &so_resource),
+        let known_scaled_objects: Known<DynamicObject> = {
+            let (index, ar) = (self.clone(), so_resource.clone());
+            Arc::new(move |ns: &str| {
+                index
+                    .names_in(GuardKind::ScaledObject, ns)
+                    .into_iter()
+                    .map(|name| DynamicObject::new(&name, &ar).within(ns))
+                    .collect()
+            })
+        };
+        let scaled_objects = scope::watch(
+            scope,
+            |ns| match ns {
+                Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &so_resource),
+                None => Api::all_with(client.clone(), &so_resource),
+            },
             watcher::Config::default().any_semantic(),
-        )
-        .default_backoff();
+            known_scaled_objects,
+        );
         let (a, b) = (self.clone(), self.clone());
         futures::stream::select(
             hpas.map(move |e| {

@@ -6,6 +6,7 @@ pub mod owners;
 pub mod pods;
 pub mod prometheus;
 pub mod promql;
+pub mod scope;
 pub mod target;
 
 use std::sync::Arc;

@@ -340,6 +340,25 @@ impl PodCache {
             .collect()
     }
 
+    /// The pods of `namespace` as name-only objects (the deletes of a scoped watch's relist,
+    /// [`super::scope::watch`]).
+    pub fn tombstones(&self, namespace: &str) -> Vec<WorkerPod> {
+        let s = self.read();
+        s.live
+            .get(namespace)
+            .into_iter()
+            .flat_map(HashMap::keys)
+            .map(|name| WorkerPod {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some(namespace.to_owned()),
+                    ..ObjectMeta::default()
+                },
+                ..WorkerPod::default()
+            })
+            .collect()
+    }
+
     /// Number of pods and of distinct label sets cached.
     pub fn len(&self) -> (usize, usize) {
         let s = self.read();
