@@ -316,14 +316,22 @@ impl PodCache {
     }
 
     /// The pods of `namespace` that `selector` matches, by name.
+    ///
+    /// The selector is matched once per label set, not once per pod: the pods of a ReplicaSet
+    /// share one (interned), and a namespace holds the pods of many workloads.
     pub fn pods_of(&self, namespace: &str, selector: &Selector) -> Vec<PodInfo> {
         let s = self.read();
+        let mut matched: HashMap<*const Labels, bool> = HashMap::new();
         let mut out: Vec<PodInfo> = s
             .live
             .get(namespace)
             .into_iter()
             .flatten()
-            .filter(|(_, e)| selector.matches(&e.labels))
+            .filter(|(_, e)| {
+                *matched
+                    .entry(Arc::as_ptr(&e.labels))
+                    .or_insert_with(|| selector.matches(&e.labels))
+            })
             .map(|(name, e)| e.info(name))
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));

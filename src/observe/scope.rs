@@ -97,15 +97,24 @@ pub fn watch<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    // A watch that keeps failing (forbidden: a namespace missing from the Roles) says so.
+    let logged = |api: Api<K>| {
+        let url = api.resource_url().to_owned();
+        watch_one(api, config.clone())
+            .default_backoff()
+            .inspect(move |r| {
+                if let Err(e) = r {
+                    tracing::warn!(watch = %url, error = %e, "watch failed; retrying");
+                }
+            })
+    };
     match scope {
-        WatchScope::All => watch_one(api_in(None), config).default_backoff().boxed(),
+        WatchScope::All => logged(api_in(None)).boxed(),
         WatchScope::Namespaces(names) => {
-            let streams = names.iter().enumerate().map(|(i, ns)| {
-                watch_one(api_in(Some(ns)), config.clone())
-                    .default_backoff()
-                    .map(move |e| (i, e))
-                    .boxed()
-            });
+            let streams = names
+                .iter()
+                .enumerate()
+                .map(|(i, ns)| logged(api_in(Some(ns))).map(move |e| (i, e)).boxed());
             merge(names.clone(), futures::stream::select_all(streams), known).boxed()
         }
     }
