@@ -85,18 +85,6 @@ fn metric_triggers(
     })
 }
 
-/// The API of `K` in namespace `ns`, or cluster-wide.
-fn in_scope<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 /// The objects a reflector `store` holds in a namespace (for a scoped watch's relist).
 fn known_in<K>(store: &Store<K>) -> Known<K>
 where
@@ -166,7 +154,7 @@ pub async fn run(
     metrics.export_reconcile_error_categories(&ReconcileError::CATEGORIES);
     let wbps: Api<WorkerBackpressure> = match &scope {
         WatchScope::All => Api::all(client.clone()),
-        WatchScope::Namespaces(ns) => in_scope(&client, ns.first().map(String::as_str)),
+        WatchScope::Namespaces(ns) => scope::api(&client, ns.first().map(String::as_str)),
     };
     // Fail early and clearly when the CRDs are missing.
     if let Err(e) = wbps.list(&kube::api::ListParams::default().limit(1)).await {
@@ -190,7 +178,7 @@ pub async fn run(
         let (known, pods) = (pods.clone(), pods.clone());
         scope::watch(
             &scope,
-            |ns| in_scope(&client, ns),
+            |ns| scope::api(&client, ns),
             WatcherConfig::default().any_semantic(),
             Arc::new(move |ns: &str| known.tombstones(ns)),
         )
@@ -206,7 +194,7 @@ pub async fn run(
         cm_writer,
         scope::watch(
             &scope,
-            |ns| in_scope(&client, ns),
+            |ns| scope::api(&client, ns),
             managed.clone(),
             known_in(&configmaps),
         )
@@ -237,7 +225,7 @@ pub async fn run(
     let (store, wbp_writer) = reflector::store();
     let wbp_stream = scope::watch(
         &scope,
-        |ns| in_scope(&client, ns),
+        |ns| scope::api(&client, ns),
         WatcherConfig::default().any_semantic(),
         known_in(&store),
     )
@@ -341,6 +329,7 @@ pub async fn run(
     // Each BackpressurePolicy's status: matched objects, brake, Ready (written on change).
     let policy_status = tokio::spawn(crate::policy_status::run(
         client.clone(),
+        scope.clone(),
         policies.clone(),
         namespaces.clone(),
         caches_rx,
@@ -406,7 +395,7 @@ pub async fn run(
         .owns_stream(
             scope::watch(
                 &scope,
-                |ns| in_scope::<ConfigMap>(&client, ns),
+                |ns| scope::api::<ConfigMap>(&client, ns),
                 managed,
                 nothing_known(),
             )
@@ -415,7 +404,7 @@ pub async fn run(
         .watches_stream(
             scope::watch(
                 &scope,
-                |ns| in_scope::<PartialObjectMeta<Deployment>>(&client, ns),
+                |ns| scope::api::<PartialObjectMeta<Deployment>>(&client, ns),
                 WatcherConfig::default(),
                 nothing_known(),
             )
@@ -425,7 +414,7 @@ pub async fn run(
         .watches_stream(
             scope::watch(
                 &scope,
-                |ns| in_scope::<PartialObjectMeta<StatefulSet>>(&client, ns),
+                |ns| scope::api::<PartialObjectMeta<StatefulSet>>(&client, ns),
                 WatcherConfig::default(),
                 nothing_known(),
             )

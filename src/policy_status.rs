@@ -8,6 +8,7 @@
 //! brake's `expiresAt` is honoured to within that interval.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backpressure_api::conditions as cond;
@@ -23,10 +24,12 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 
 use backpressure_api::FIELD_MANAGER;
 use backpressure_core::resolve::{brake_active, namespace_selector_matches};
+
+use crate::observe::scope::{self, WatchScope};
 
 /// Namespace name → its labels.
 pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
@@ -149,6 +152,7 @@ pub fn namespace_labels(namespaces: &Store<PartialObjectMeta<Namespace>>) -> Nam
 /// applies the ones that changed.
 pub async fn run(
     client: kube::Client,
+    scope: WatchScope,
     policies: Store<BackpressurePolicy>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     mut caches: tokio::sync::watch::Receiver<bool>,
@@ -157,13 +161,25 @@ pub async fn run(
     // Only the namespaces of the objects matter: a metadata watch of its own (the
     // controller's store has a single readiness waiter, the controller).
     let (objects, writer) = reflector::store::<PartialObjectMeta<WorkerBackpressure>>();
+    let known = {
+        let objects = objects.clone();
+        Arc::new(move |ns: &str| {
+            objects
+                .state()
+                .iter()
+                .filter(|o| o.metadata.namespace.as_deref() == Some(ns))
+                .map(|o| (**o).clone())
+                .collect()
+        })
+    };
     let stream = reflector::reflector(
         writer,
-        watcher(
-            Api::<PartialObjectMeta<WorkerBackpressure>>::all(client.clone()),
+        scope::watch(
+            &scope,
+            |ns| scope::api::<PartialObjectMeta<WorkerBackpressure>>(&client, ns),
             watcher::Config::default(),
+            known,
         )
-        .default_backoff()
         // Keep only the key and the namespace: with their managedFields these objects took
         // ~15 kB each in memory (150 MiB at 10,000 objects, docs/scale.md).
         .modify(|o: &mut PartialObjectMeta<WorkerBackpressure>| {

@@ -81,6 +81,18 @@ fn is_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
+/// The API of `K` in namespace `ns`, or cluster-wide.
+pub fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 /// The objects of a namespace the consumer of a [`watch`] currently has.
 pub type Known<K> = Arc<dyn Fn(&str) -> Vec<K> + Send + Sync>;
 

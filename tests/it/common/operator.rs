@@ -73,8 +73,8 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
     path
 }
 
-/// Server-side applies `objects` rendered by [`render_chart`] (namespaced ones in
-/// [`OPERATOR_NAMESPACE`]) and returns what was applied, for the caller to delete.
+/// Server-side applies `objects` rendered by [`render_chart`] (namespaced ones in their own
+/// namespace, else in [`OPERATOR_NAMESPACE`]) and returns what was applied, for the caller to delete.
 pub async fn apply_chart_objects(
     client: &kube::Client,
     objects: Vec<DynamicObject>,
@@ -85,7 +85,12 @@ pub async fn apply_chart_objects(
         let gvk = kube::core::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
         let (ar, caps) = discovery.resolve_gvk(&gvk).unwrap();
         let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
-            Api::namespaced_with(client.clone(), OPERATOR_NAMESPACE, &ar)
+            let ns = obj
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(OPERATOR_NAMESPACE);
+            Api::namespaced_with(client.clone(), ns, &ar)
         } else {
             Api::all_with(client.clone(), &ar)
         };
@@ -110,10 +115,16 @@ pub fn render_chart(templates: &[&str]) -> Vec<DynamicObject> {
 
 /// [`render_chart`] with `--set` values (`key=value` each).
 pub fn render_chart_with(templates: &[&str], sets: &[&str]) -> Vec<DynamicObject> {
+    render_release(OPERATOR_SA, templates, sets)
+}
+
+/// [`render_chart_with`] as release `release` (whose ServiceAccount and ClusterRole are named
+/// `<release>-backpressure-operator` unless the release is `backpressure-operator`).
+pub fn render_release(release: &str, templates: &[&str], sets: &[&str]) -> Vec<DynamicObject> {
     let helm = backpressure_envtest::bin_dir().unwrap().join("helm");
     let chart = backpressure_envtest::repo_root().join("charts/backpressure-operator");
     let mut cmd = std::process::Command::new(helm);
-    cmd.args(["template", "backpressure-operator"])
+    cmd.args(["template", release])
         .arg(&chart)
         .args(["--namespace", OPERATOR_NAMESPACE])
         // The admission policies render only for Kubernetes >= 1.30 (helm template assumes
@@ -159,6 +170,18 @@ impl Operator {
     /// Starts the operator binary with `extra` arguments, as the operator's ServiceAccount.
     pub async fn start(env: &'static TestEnv, prometheus_url: &str, extra: &[&str]) -> Operator {
         let kubeconfig = operator_kubeconfig(env).await;
+        Self::start_as(env, &kubeconfig, OPERATOR_SA, prometheus_url, extra)
+    }
+
+    /// [`start`](Self::start) with another `kubeconfig` and ServiceAccount `sa` (in
+    /// [`OPERATOR_NAMESPACE`]).
+    pub fn start_as(
+        env: &'static TestEnv,
+        kubeconfig: &std::path::Path,
+        sa: &str,
+        prometheus_url: &str,
+        extra: &[&str],
+    ) -> Operator {
         let port = backpressure_envtest::process::free_port().unwrap();
         let metrics = format!("127.0.0.1:{port}");
         let mut args: Vec<String> = vec![
@@ -167,7 +190,7 @@ impl Operator {
             format!("--metrics-bind-address={metrics}"),
             "--requeue-interval=1s".into(),
             format!("--namespace={OPERATOR_NAMESPACE}"),
-            format!("--service-account={OPERATOR_SA}"),
+            format!("--service-account={sa}"),
             "--log-level=debug".into(),
             ALLOWED_IN_TESTS.into(),
         ];

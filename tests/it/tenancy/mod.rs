@@ -7,6 +7,7 @@ mod metrics;
 mod push;
 mod rbac;
 mod scope;
+mod watch;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
