@@ -52,7 +52,8 @@ containers=()
 pids=()
 cleanup() {
   for c in "${containers[@]}"; do "${podman[@]}" rm -f -t 0 "$c" >/dev/null 2>&1 || true; done
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # The servers started here hold nothing worth a graceful stop (kube-apiserver's takes long).
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
@@ -187,8 +188,8 @@ if [ -n "${BP_K8S_BIN:-}" ]; then
   for _ in $(seq 1 300); do "${kubectl[@]}" get --raw /readyz >/dev/null 2>&1 && break; sleep 0.2; done
   "${kubectl[@]}" get --raw /readyz >/dev/null 2>&1 ||
     { tail -20 "$tmp/kube-apiserver.log" >&2; fail "kube-apiserver was not ready within 60 s"; }
-  "${kubectl[@]}" apply --server-side -f crds/ >/dev/null
-  "${kubectl[@]}" wait --for condition=established --timeout 60s -f crds/ >/dev/null
+  "${kubectl[@]}" apply --server-side -k crds >/dev/null
+  "${kubectl[@]}" wait --for condition=established --timeout 60s crd --all >/dev/null
   echo "image-test: an API server with the CRDs in $(( $(date +%s) - started )) s"
 fi
 name=bp-image-test-operator-$$
