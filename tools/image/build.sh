@@ -112,9 +112,19 @@ cat /etc/os-release >"$rootfs/etc/os-release" 2>/dev/null || true
 find "$base_ctx" -exec touch -h -d "@$epoch" {} +
 cp images/base/Containerfile "$base_ctx/Containerfile"
 
+# image_id REF: the ID of the image REF names now, or nothing.
+image_id() { "${podman[@]}" image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
+# drop_replaced OLD_ID REF: removes the image REF named before this build when the build gave
+# REF another image (a rebuild leaves no untagged image behind; one still in use stays).
+drop_replaced() {
+  [ -n "$1" ] && [ "$1" != "$(image_id "$2")" ] || return 0
+  "${podman[@]}" rmi "$1" >/dev/null 2>&1 || true
+}
+
 base=localhost/backpressure-base:$TAG
 common=(--pull=never --timestamp "$epoch" --layers=false)
 echo "image: base $base ($(echo "$libs" | wc -w) libraries from the host)" >&2
+old=$(image_id "$base")
 "${podman[@]}" build "${common[@]}" -q -t "$base" -f "$base_ctx/Containerfile" "$base_ctx" >/dev/null
 
 # --- the images -------------------------------------------------------------------------------
@@ -129,6 +139,7 @@ for name in "${names[@]}"; do
   # The context (the repository) is not read: the only COPY reads the `build` stage's output.
   # An empty directory keeps podman from scanning the repository for it.
   mkdir -p "$OUT/$name/context"
+  old_image=$(image_id "$ref")
   "${podman[@]}" build "${common[@]}" -q \
     -f "${containerfile[$name]}" \
     --build-context "build=$ctx" \
@@ -138,10 +149,13 @@ for name in "${names[@]}"; do
     --build-arg "CREATED=$created" \
     --build-arg "SOURCE=$source_url" \
     -t "$ref" "$OUT/$name/context" >/dev/null
+  drop_replaced "$old_image" "$ref"
   archive="$OUT/${name}_$TAG.oci.tar"
   "${podman[@]}" save -q --format oci-archive -o "$archive" "$ref"
   echo "image: saved $archive ($(du -h "$archive" | cut -f1))" >&2
   rm -rf "$ctx"
   refs+=("$ref")
 done
+# The base last: the images above were built on it.
+drop_replaced "$old" "$base"
 printf '%s\n' "${refs[@]}"
