@@ -91,8 +91,7 @@ check_config() {
   [ "$(label licenses)" = Apache-2.0 ] || fail "$image: label licenses is '$(label licenses)'"
   for l in revision created source; do
     label=$(label "$l")
-    [ -n "$label" ] && [ "$label" != unknown ] && [ "$label" != "<no value>" ] ||
-      fail "$image: label org.opencontainers.image.$l is missing"
+    case $label in "" | unknown | "<no value>") fail "$image: label org.opencontainers.image.$l is missing" ;; esac
   done
   ok "$image: user 65532:65532, entrypoint $entrypoint, OCI labels (version $TAG, revision $(label revision))"
 }
@@ -142,7 +141,7 @@ ok "$operator: backpressure-operator --help, --version; kubectl-wbp --help"
 # serves /healthz, then exits non-zero naming the connection it could not make.
 api_port=$(free_port)
 metrics_port=$(free_port)
-token=image-test
+token="image-test"
 if [ -n "${BP_K8S_BIN:-}" ]; then
   for b in etcd kube-apiserver kubectl; do
     [ -x "$BP_K8S_BIN/$b" ] || fail "$BP_K8S_BIN/$b is missing (BP_K8S_BIN: tools/k8s/build.sh's directory)"
@@ -212,8 +211,10 @@ else
   status=$("${podman[@]}" wait "$name")
   "${podman[@]}" logs "$name" >"$tmp/log" 2>&1 || true
   [ "$status" != 0 ] || fail "$name exited 0 without an API server"
-  grep -q "serving /metrics, /healthz, /readyz" "$tmp/log" && grep -q "Connection refused" "$tmp/log" ||
-    { cat "$tmp/log" >&2; fail "$name did not serve, then fail on the unreachable API server"; }
+  if ! grep -q "serving /metrics, /healthz, /readyz" "$tmp/log" || ! grep -q "Connection refused" "$tmp/log"; then
+    cat "$tmp/log" >&2
+    fail "$name did not serve, then fail on the unreachable API server"
+  fi
   ok "$operator: a start without an API server (read-only, no capabilities): served, then exited $status on the refused connection (BP_K8S_BIN=<tools/k8s/build.sh's directory> starts it against a real one)"
 fi
 
