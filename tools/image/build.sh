@@ -59,7 +59,8 @@ epoch=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
 source_url=https://github.com/backpressure-dev/backpressure-operator
 
-rm -rf "$OUT"
+# Work directories of this run (the archives of other tags stay).
+rm -rf "$OUT/base" "${names[@]/#/$OUT/}"
 mkdir -p "$OUT"
 
 # --- the base ---------------------------------------------------------------------------------
@@ -153,9 +154,10 @@ for name in "${names[@]}"; do
   archive="$OUT/${name}_$TAG.oci.tar"
   "${podman[@]}" save -q --format oci-archive -o "$archive" "$ref"
   echo "image: saved $archive ($(du -h "$archive" | cut -f1))" >&2
-  rm -rf "$ctx"
+  rm -rf "${OUT:?}/$name"
   refs+=("$ref")
 done
 # The base last: the images above were built on it.
 drop_replaced "$old" "$base"
+rm -rf "$base_ctx"
 printf '%s\n' "${refs[@]}"
