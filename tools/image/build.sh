@@ -116,9 +116,11 @@ cp images/base/Containerfile "$base_ctx/Containerfile"
 # image_id REF: the ID of the image REF names now, or nothing.
 image_id() { "${podman[@]}" image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
 # drop_replaced OLD_ID REF: removes the image REF named before this build when the build gave
-# REF another image (a rebuild leaves no untagged image behind; one still in use stays).
+# REF another image and no other name is left on it (a rebuild leaves no untagged image behind;
+# an image another tag names, or a container uses, stays).
 drop_replaced() {
   [ -n "$1" ] && [ "$1" != "$(image_id "$2")" ] || return 0
+  [ "$("${podman[@]}" image inspect -f '{{len .RepoTags}}' "$1" 2>/dev/null)" = 0 ] || return 0
   "${podman[@]}" rmi "$1" >/dev/null 2>&1 || true
 }
 
