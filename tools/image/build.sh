@@ -17,6 +17,11 @@
 #
 #   BIN_DIR=target/release VERSION=0.1.0 REGISTRY=ghcr.io/backpressure-dev tools/image/build.sh
 #
+# Measured on the shared 2-core machine with the binaries built: 5 s for the release images
+# (operator 45 MB, lab worker 33 MB; archives 16 and 12 MB), 11 s for the debug ones (133 and 83
+# MB); podman and runc from Debian take 12 s to install. A rebuild of the same commit gives the
+# same image IDs, with the overlay or the vfs storage driver.
+#
 # Environment: BIN_DIR (the binaries, required), VERSION (required), TAG (default VERSION),
 # REGISTRY (default ghcr.io/backpressure-dev), PODMAN (default podman), OUT (default
 # out/images). Prints the image references on its last lines, one per image.
