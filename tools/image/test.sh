@@ -6,9 +6,11 @@
 #   operator    image config: user 65532:65532, entrypoint, OCI labels (version = the tag,
 #               revision, source); `--help` and `--version`; `kubectl-wbp --help` (entrypoint
 #               override); a real start as the chart runs it (read-only root filesystem, no
-#               capabilities, no privilege escalation) against a kubeconfig whose API server does
-#               not answer: /healthz and /metrics answer 200, /readyz 503 (it is not ready
-#               without an API server), the process runs as uid 65532, and SIGTERM stops it
+#               capabilities, no privilege escalation): with BP_K8S_BIN against an etcd and
+#               kube-apiserver started here with the CRDs applied, until /readyz answers 200
+#               (its caches synced), with /healthz and /metrics, uid 65532, and SIGTERM exits 0;
+#               without BP_K8S_BIN against an API server that refuses connections, where it must
+#               serve, then exit non-zero naming the refused connection
 #   lab-worker  the same image checks; `worker --help` (the default command); a real start
 #               against a Redis started here: /healthz and /metrics answer, a message added to
 #               the queue is fetched and its outcome counted in /metrics, SIGTERM stops it with
@@ -22,7 +24,8 @@
 # Measured on the shared 2-core machine: 6 s, 11 s with BP_K8S_BIN (the API server and the CRDs
 # take about 8 s of it). A base without glibc fails it at the first `--help`.
 #
-# Needs podman and runc, redis-server and redis-cli, curl, python3. The containers use the
+# Needs podman and runc, redis-server and redis-cli, curl, python3 (and openssl with
+# BP_K8S_BIN). The containers use the
 # host's network (`--network host`, loopback ports chosen free) and are removed on exit.
 # PODMAN_RUN_OPTS replaces the run options this machine kind needs (runc, and rlimits no higher
 # than the host's: raising them is not permitted here).
