@@ -17,6 +17,20 @@ CHART := charts/backpressure-operator
 # dependencies' features differently and every run rebuilds the other.
 # Absolute: test binaries run with their crate's directory as the working directory.
 TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
+# The container images (images/*/Containerfile, `make image`): <registry>/<name>:<version>, the
+# version being the workspace's. The chart (image.repository) and config/manager (images:) default
+# to the operator image this builds with the default registry; tools/image/test.sh checks it.
+IMAGE_DEFAULT_REGISTRY := ghcr.io/backpressure-dev
+REGISTRY ?= $(IMAGE_DEFAULT_REGISTRY)
+# release (the default) or debug: the binaries `make test` already built (CI), tagged <version>-debug.
+PROFILE ?= release
+VERSION := $(shell sed -n '/^\[workspace\.package\]/,/^\[/s/^version = "\(.*\)"$$/\1/p' Cargo.toml)
+IMAGE_TAG = $(VERSION)$(if $(filter debug,$(PROFILE)),-debug)
+# What builds the binaries the images take: the release build `make demo` makes, or the
+# workspace's test build (which builds every binary) that tools/test.sh makes, so that CI's images
+# reuse it instead of building the binaries again with other features.
+IMAGE_BINS_release = $(CARGO) build --release --locked -p backpressure-lab -p backpressure-operator --bins
+IMAGE_BINS_debug = $(CARGO) test --workspace --locked --no-run
 
 .PHONY: help
 help: ## Show this help
@@ -158,6 +172,27 @@ bench-worker: ## Worker library micro-benchmarks (criterion): outcome and permit
 .PHONY: bench-scale
 bench-scale: deps k8s-bins ## The operator at fleet scale: 10,000 objects on a real API server and Prometheus
 	BP_K8S_BIN=$(K8S_BIN) $(CARGO) bench --locked -p backpressure-operator --bench scale
+
+.PHONY: image-deps
+image-deps: ## Install podman and runc if missing (what `make image` builds with: no daemon)
+	@command -v podman >/dev/null && command -v runc >/dev/null || { \
+	  echo "image-deps: installing podman runc"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends podman runc >/dev/null; \
+	}
+
+.PHONY: image
+image: image-deps ## Build the operator and lab-worker images with podman, no daemon, no pull (REGISTRY=, PROFILE=debug)
+	$(if $(IMAGE_BINS_$(PROFILE)),,$(error PROFILE must be release or debug, not $(PROFILE)))
+	$(IMAGE_BINS_$(PROFILE))
+	BIN_DIR=$(TARGET_DIR)/$(PROFILE) VERSION=$(VERSION) TAG=$(IMAGE_TAG) REGISTRY=$(REGISTRY) \
+	  tools/image/build.sh
+
+.PHONY: image-test
+image-test: image ## Build the images, then run each with podman (--help, labels, user, a real start)
+	VERSION=$(VERSION) TAG=$(IMAGE_TAG) REGISTRY=$(REGISTRY) DEFAULT_REGISTRY=$(IMAGE_DEFAULT_REGISTRY) \
+	  tools/image/test.sh
 
 .PHONY: clean
 clean: ## Remove build output (not the binary cache)
