@@ -5,8 +5,9 @@
 #
 #   1. build   the Go-built binaries but KEDA's (tools/k8s/build.sh: kube-apiserver, etcd,
 #              kubectl, helm, Prometheus, redis_exporter, KEDA's CRDs; the kstatus checker),
-#              lint, the workspace's test build, the manifests, the SDKs' tests (against the
-#              real API server) and the lab's Go worker's tests
+#              lint, the workspace's test build, the manifests, the container images from the
+#              test build's binaries with a run of each (make image-test PROFILE=debug), the
+#              SDKs' tests (against the real API server) and the lab's Go worker's tests
 #   2. test    every workspace test but real KEDA's   ║ KEDA's build, niced
 #   3. KEDA    the real-KEDA integration test, then the lab's end-to-end scenarios
 #
@@ -55,7 +56,7 @@ await() {
 # The integration tests that run real KEDA (tests/it/keda.rs), left to phase 3.
 keda_tests=keda::real_keda
 
-phase "1/3 build: the Go-built binaries but KEDA's, lint, the test build, manifests, the SDKs' tests"
+phase "1/3 build: the Go-built binaries but KEDA's, lint, the test build, manifests, images, the SDKs' tests"
 tools/k8s/build.sh >"$tmp/bin"
 bin=$(tail -n1 "$tmp/bin")
 [ -d "$bin" ] || { echo "test: tools/k8s/build.sh printed no bin directory" >&2; exit 1; }
@@ -63,6 +64,8 @@ tools/kstatus/build.sh >/dev/null
 $MAKE --no-print-directory lint
 $CARGO test --workspace --locked --no-run
 $MAKE --no-print-directory K8S_BIN="$bin" manifests
+# The images from the test build's binaries (podman, no daemon, no pull), each run once.
+BP_K8S_BIN="$bin" $MAKE --no-print-directory PROFILE=debug image-test
 BP_K8S_BIN="$bin" $MAKE --no-print-directory sdk-test lab-worker-go-test
 
 phase "2/3 test: every workspace test but real KEDA's, while KEDA builds at the lowest priority"
