@@ -85,23 +85,6 @@ fn metric_triggers(
     })
 }
 
-/// The objects a reflector `store` holds in a namespace (for a scoped watch's relist).
-fn known_in<K>(store: &Store<K>) -> Known<K>
-where
-    K: kube::Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    let store = store.clone();
-    Arc::new(move |ns: &str| {
-        store
-            .state()
-            .iter()
-            .filter(|o| o.meta().namespace.as_deref() == Some(ns))
-            .map(|o| (**o).clone())
-            .collect()
-    })
-}
-
 /// For watches that only trigger reconciles.
 fn nothing_known<K>() -> Known<K> {
     Arc::new(|_: &str| Vec::new())
@@ -196,7 +179,7 @@ pub async fn run(
             &scope,
             |ns| scope::api(&client, ns),
             managed.clone(),
-            known_in(&configmaps),
+            scope::known_in(&configmaps),
         )
         // Only what `configmap::up_to_date` compares: the data becomes a digest.
         .modify(configmap::for_cache),
@@ -227,7 +210,7 @@ pub async fn run(
         &scope,
         |ns| scope::api(&client, ns),
         WatcherConfig::default().any_semantic(),
-        known_in(&store),
+        scope::known_in(&store),
     )
     .modify(|o: &mut WorkerBackpressure| o.metadata.managed_fields = None)
     .reflect(wbp_writer)

@@ -8,7 +8,6 @@
 //! brake's `expiresAt` is honoured to within that interval.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use backpressure_api::conditions as cond;
@@ -161,24 +160,13 @@ pub async fn run(
     // Only the namespaces of the objects matter: a metadata watch of its own (the
     // controller's store has a single readiness waiter, the controller).
     let (objects, writer) = reflector::store::<PartialObjectMeta<WorkerBackpressure>>();
-    let known = {
-        let objects = objects.clone();
-        Arc::new(move |ns: &str| {
-            objects
-                .state()
-                .iter()
-                .filter(|o| o.metadata.namespace.as_deref() == Some(ns))
-                .map(|o| (**o).clone())
-                .collect()
-        })
-    };
     let stream = reflector::reflector(
         writer,
         scope::watch(
             &scope,
             |ns| scope::api::<PartialObjectMeta<WorkerBackpressure>>(&client, ns),
             watcher::Config::default(),
-            known,
+            scope::known_in(&objects),
         )
         // Keep only the key and the namespace: with their managedFields these objects took
         // ~15 kB each in memory (150 MiB at 10,000 objects, docs/scale.md).

@@ -20,6 +20,7 @@ use futures::{Stream, StreamExt as _};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher::{self, Event, watcher as watch_one};
 use serde::de::DeserializeOwned;
 
@@ -95,6 +96,23 @@ where
 
 /// The objects of a namespace the consumer of a [`watch`] currently has.
 pub type Known<K> = Arc<dyn Fn(&str) -> Vec<K> + Send + Sync>;
+
+/// The objects a reflector `store` holds in a namespace (for a scoped watch's relist).
+pub fn known_in<K>(store: &Store<K>) -> Known<K>
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let store = store.clone();
+    Arc::new(move |ns: &str| {
+        store
+            .state()
+            .iter()
+            .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+            .map(|o| (**o).clone())
+            .collect()
+    })
+}
 
 /// A watch of `K` over `scope` (`api_in(None)` is the cluster-wide API, `api_in(Some(ns))` a
 /// namespace's), with the events of a single watcher ([module documentation](self)). Each
@@ -274,17 +292,7 @@ mod tests {
     /// as (namespace, name, value), sorted.
     fn run(events: Vec<(usize, Event<ConfigMap>)>) -> (bool, Vec<(String, String, String)>) {
         let (reader, mut writer) = reflector::store::<ConfigMap>();
-        let known: Known<ConfigMap> = {
-            let reader = reader.clone();
-            Arc::new(move |ns: &str| {
-                reader
-                    .state()
-                    .iter()
-                    .filter(|o| o.metadata.namespace.as_deref() == Some(ns))
-                    .map(|o| (**o).clone())
-                    .collect()
-            })
-        };
+        let known = known_in(&reader);
         let mut state = Merge::new(vec!["a".into(), "b".into()], known);
         for (i, e) in events {
             for out in state.step(i, e) {

@@ -53,24 +53,35 @@ pub async fn operator_kubeconfig(env: &'static TestEnv) -> PathBuf {
             &["rbac.secrets.clusterWide=true"],
         );
         apply_chart_objects(&client, objects).await;
-        let sa: Api<ServiceAccount> = Api::namespaced(client, OPERATOR_NAMESPACE);
-        let req = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: vec![],
-                expiration_seconds: Some(24 * 3600),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let token = sa
-            .create_token_request(OPERATOR_SA, &PostParams::default(), &req)
-            .await
-            .unwrap();
-        env.write_token_kubeconfig("operator", &token.status.unwrap().token)
-            .unwrap()
+        service_account_kubeconfig(env, &client, OPERATOR_SA, "operator").await
     };
     done.insert(env.server_url().to_owned(), path.clone());
     path
+}
+
+/// A kubeconfig `<name>.kubeconfig` that authenticates as ServiceAccount `sa` of
+/// [`OPERATOR_NAMESPACE`] with a real token (valid for a day).
+pub async fn service_account_kubeconfig(
+    env: &TestEnv,
+    client: &kube::Client,
+    sa: &str,
+    name: &str,
+) -> PathBuf {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(24 * 3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = api
+        .create_token_request(sa, &PostParams::default(), &req)
+        .await
+        .unwrap();
+    env.write_token_kubeconfig(name, &token.status.unwrap().token)
+        .unwrap()
 }
 
 /// Server-side applies `objects` rendered by [`render_chart`] (namespaced ones in their own

@@ -4,14 +4,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use serde_json::json;
 
 use crate::common::fleet::backlog;
 use crate::common::operator::{
-    OPERATOR_NAMESPACE, Operator, apply_chart_objects, operator_kubeconfig, render_release,
+    Operator, apply_chart_objects, operator_kubeconfig, render_release, service_account_kubeconfig,
 };
 use crate::common::serial;
 use crate::common::world::World;
@@ -78,24 +76,7 @@ async fn an_operator_watching_one_namespace_acts_there_with_its_roles_and_sees_n
     );
     let installed = apply_chart_objects(&client, objects).await;
 
-    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    let req = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = sa
-        .create_token_request(SA, &PostParams::default(), &req)
-        .await
-        .unwrap();
-    let kubeconfig = a
-        .scene
-        .env
-        .write_token_kubeconfig(RELEASE, &token.status.unwrap().token)
-        .unwrap();
+    let kubeconfig = service_account_kubeconfig(a.scene.env, &client, SA, RELEASE).await;
     let flag = format!("--watch-namespaces={}", a.scene.ns);
     let op = Operator::start_as(a.scene.env, &kubeconfig, SA, &a.prom.url(), &[&flag]);
     a.operators.push(op);
