@@ -128,9 +128,34 @@ func newPKI(t *testing.T, dir string) testPKI {
 	return p
 }
 
-func startProcess(t *testing.T, dir, name, bin string, args ...string) {
+// process is a child started by startProcess; exited is closed when it has exited.
+type process struct {
+	log    string
+	exited chan struct{}
+}
+
+// tail is the end of the process's log, for a failure message.
+func (p process) tail() string {
+	text, _ := os.ReadFile(p.log)
+	if len(text) > 4000 {
+		text = text[len(text)-4000:]
+	}
+	return string(text)
+}
+
+func (p process) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func startProcess(t *testing.T, dir, name, bin string, args ...string) process {
 	t.Helper()
-	log, err := os.Create(filepath.Join(dir, name+".log"))
+	path := filepath.Join(dir, name+".log")
+	log, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,11 +164,17 @@ func startProcess(t *testing.T, dir, name, bin string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p := process{log: path, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-p.exited
 		log.Close()
 	})
+	return p
 }
 
 // kube is an admin client of the test API server.
@@ -201,19 +232,47 @@ func (k kube) token(t *testing.T, ns, name string, audiences ...string) string {
 	return tr.Status.Token
 }
 
+// startAPIServer starts etcd and a kube-apiserver on free ports. A port picked free can be
+// taken by another process before the child binds it, so a child that exits before it is
+// ready is started again on new ports (three attempts), and a failure shows both logs.
 func startAPIServer(t *testing.T) (kube, testPKI) {
 	t.Helper()
 	bin := k8sBinDir(t)
-	dir := t.TempDir()
-	pki := newPKI(t, dir)
-	etcdPort := freePort(t)
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
-	startProcess(t, dir, "etcd", filepath.Join(bin, "etcd"),
+	var failures []string
+	for attempt := 1; attempt <= 3; attempt++ {
+		dir := t.TempDir()
+		pki := newPKI(t, dir)
+		k, err := tryAPIServer(t, bin, dir, pki)
+		if err == nil {
+			return k, pki
+		}
+		failures = append(failures, fmt.Sprintf("attempt %d: %v", attempt, err))
+	}
+	t.Fatalf("no kube-apiserver:\n%s", strings.Join(failures, "\n"))
+	return kube{}, testPKI{}
+}
+
+func tryAPIServer(t *testing.T, bin, dir string, pki testPKI) (kube, error) {
+	t.Helper()
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	etcd := startProcess(t, dir, "etcd", filepath.Join(bin, "etcd"),
 		"--data-dir="+filepath.Join(dir, "etcd"), "--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", freePort(t)), "--unsafe-no-fsync", "--log-level=warn")
+	plain := &http.Client{Timeout: 2 * time.Second}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if resp, err := plain.Get(etcdURL + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if !etcd.running() || time.Now().After(deadline) {
+			return kube{}, fmt.Errorf("etcd not healthy (running: %v); its log:\n%s", etcd.running(), etcd.tail())
+		}
+	}
 	port := freePort(t)
 	url := fmt.Sprintf("https://127.0.0.1:%d", port)
-	startProcess(t, dir, "kube-apiserver", filepath.Join(bin, "kube-apiserver"),
+	apiserver := startProcess(t, dir, "kube-apiserver", filepath.Join(bin, "kube-apiserver"),
 		"--etcd-servers="+etcdURL, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port), "--cert-dir="+filepath.Join(dir, "certs"),
 		"--tls-cert-file="+pki.serverCert, "--tls-private-key-file="+pki.serverKey, "--client-ca-file="+pki.caFile,
@@ -226,19 +285,16 @@ func startAPIServer(t *testing.T) (kube, testPKI) {
 	k := kube{url: url, client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pki.client}},
 	}}}
-	deadline := time.Now().Add(120 * time.Second)
-	for {
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		status, body := k.do(t, "GET", "/readyz", nil)
 		if status == 200 {
-			break
+			return k, nil
 		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "kube-apiserver.log"))
-			t.Fatalf("kube-apiserver not ready: %d %s\n%s", status, body, log)
+		if !apiserver.running() || !etcd.running() || time.Now().After(deadline) {
+			return kube{}, fmt.Errorf("kube-apiserver not ready (%d %s; running: %v, etcd running: %v); its log:\n%s\netcd's log:\n%s",
+				status, body, apiserver.running(), etcd.running(), apiserver.tail(), etcd.tail())
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	return k, pki
 }
 
 func TestTokenReviewAgainstARealAPIServer(t *testing.T) {

@@ -179,7 +179,25 @@ impl TestEnv {
     }
 
     /// Starts a new, private control plane (most tests use [`TestEnv::shared`]).
+    ///
+    /// A port found free can be taken (often by another process's outgoing connection, whose
+    /// ephemeral ports share the range) before etcd or the API server binds it; a control
+    /// plane that does not become ready is therefore started again on new ports, three
+    /// attempts in all. The last attempt's error is returned.
     pub fn start() -> Result<TestEnv, Error> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once() {
+                Err(e @ Error::NotReady { .. }) if attempt < 3 => {
+                    tracing::warn!(attempt, error = %e, "control plane not ready; starting again");
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn start_once() -> Result<TestEnv, Error> {
         let base = std::env::var_os("BP_ENVTEST_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);

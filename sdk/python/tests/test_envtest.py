@@ -179,6 +179,98 @@ class Env:
         )
 
 
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-3000:]
+    except OSError:
+        return ""
+
+
+def _wait_http(url: str, ctx: ssl.SSLContext | None, proc: subprocess.Popen[bytes], seconds: float) -> bool:
+    """True once ``url`` answers 200; False if ``proc`` exits or ``seconds`` pass first."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.25)
+    return False
+
+
+def _start_control_plane(
+    bin_dir: Path, d: Path, procs: list[subprocess.Popen[bytes]], logs: list[Any]
+) -> Env | str:
+    """etcd and a kube-apiserver on free ports: the Env once ready, or why not. A port found
+    free can be taken (by another process's outgoing connection) before the child binds it,
+    so the caller starts again on new ports."""
+    etcd_url = f"http://127.0.0.1:{free_port()}"
+    etcd_log, api_log = d / "etcd.log", d / "apiserver.log"
+    logs += [open(etcd_log, "wb"), open(api_log, "wb")]  # noqa: SIM115
+    etcd = subprocess.Popen(
+        [
+            str(bin_dir / "etcd"),
+            f"--data-dir={d / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{free_port()}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ],
+        stdout=logs[-2],
+        stderr=subprocess.STDOUT,
+    )
+    procs.append(etcd)
+    if not _wait_http(etcd_url + "/health", None, etcd, 30):
+        return f"etcd not healthy (exit {etcd.poll()}):\n{_tail(etcd_log)}"
+    port = free_port()
+    api = subprocess.Popen(
+        [
+            str(bin_dir / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={d / 'certs'}",
+            f"--tls-cert-file={d / 'server.crt'}",
+            f"--tls-private-key-file={d / 'server.key'}",
+            f"--client-ca-file={d / 'ca.crt'}",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-account-issuer=https://127.0.0.1:{port}",
+            f"--service-account-key-file={d / 'sa.pub'}",
+            f"--service-account-signing-key-file={d / 'sa.key'}",
+            "--disable-admission-plugins=ServiceAccount",
+            "--enable-priority-and-fairness=false",
+            "--profiling=false",
+            "--v=0",
+        ],
+        stdout=logs[-1],
+        stderr=subprocess.STDOUT,
+    )
+    procs.append(api)
+    e = Env(f"https://127.0.0.1:{port}", d)
+    if not _wait_http(e.url + "/readyz", e._ctx(), api, 90):
+        return (
+            f"kube-apiserver not ready (exit {api.poll()}, etcd exit {etcd.poll()}):\n"
+            f"{_tail(api_log)}\netcd:\n{_tail(etcd_log)}"
+        )
+    return e
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in reversed(procs):
+        p.terminate()
+    for p in reversed(procs):
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    procs.clear()
+
+
 @pytest.fixture(scope="module")
 def env() -> Iterator[Env]:
     assert BIN is not None
@@ -191,65 +283,19 @@ def env() -> Iterator[Env]:
     logs: list[Any] = []
     try:
         make_pki(d)
-        etcd_url = f"http://127.0.0.1:{free_port()}"
-        logs += [open(d / "etcd.log", "wb"), open(d / "apiserver.log", "wb")]  # noqa: SIM115
-        procs.append(
-            subprocess.Popen(
-                [
-                    str(bin_dir / "etcd"),
-                    f"--data-dir={d / 'etcd'}",
-                    f"--listen-client-urls={etcd_url}",
-                    f"--advertise-client-urls={etcd_url}",
-                    f"--listen-peer-urls=http://127.0.0.1:{free_port()}",
-                    "--unsafe-no-fsync",
-                    "--log-level=warn",
-                ],
-                stdout=logs[0],
-                stderr=subprocess.STDOUT,
-            )
-        )
-        port = free_port()
-        procs.append(
-            subprocess.Popen(
-                [
-                    str(bin_dir / "kube-apiserver"),
-                    f"--etcd-servers={etcd_url}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
-                    f"--secure-port={port}",
-                    f"--cert-dir={d / 'certs'}",
-                    f"--tls-cert-file={d / 'server.crt'}",
-                    f"--tls-private-key-file={d / 'server.key'}",
-                    f"--client-ca-file={d / 'ca.crt'}",
-                    "--authorization-mode=RBAC",
-                    "--service-cluster-ip-range=10.0.0.0/24",
-                    f"--service-account-issuer=https://127.0.0.1:{port}",
-                    f"--service-account-key-file={d / 'sa.pub'}",
-                    f"--service-account-signing-key-file={d / 'sa.key'}",
-                    "--disable-admission-plugins=ServiceAccount",
-                    "--enable-priority-and-fairness=false",
-                    "--profiling=false",
-                    "--v=0",
-                ],
-                stdout=logs[1],
-                stderr=subprocess.STDOUT,
-            )
-        )
-        e = Env(f"https://127.0.0.1:{port}", d)
-        deadline = time.monotonic() + 90
-        while True:
-            for p in procs:
-                assert p.poll() is None, f"{p.args!r} exited; logs in {d}"
-            try:
-                req = urllib.request.Request(e.url + "/readyz")
-                with urllib.request.urlopen(req, context=e._ctx(), timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            assert time.monotonic() < deadline, f"kube-apiserver not ready; logs in {d}"
-            time.sleep(0.25)
+        failures: list[str] = []
+        for attempt in range(1, 4):
+            started = _start_control_plane(bin_dir, d, procs, logs)
+            if isinstance(started, Env):
+                break
+            failures.append(f"attempt {attempt}: {started}")
+            _stop(procs)
+            shutil.rmtree(d / "etcd", ignore_errors=True)
+        else:
+            pytest.fail("no kube-apiserver:\n" + "\n".join(failures))
+        e = started
         # The RBAC bootstrap roles (system:auth-delegator) come from a post-start hook.
+        deadline = time.monotonic() + 90
         while True:
             try:
                 e.request("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/system:auth-delegator")
@@ -259,13 +305,7 @@ def env() -> Iterator[Env]:
                 time.sleep(0.25)
         yield e
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in reversed(procs):
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
         for f in logs:
             f.close()
         shutil.rmtree(d, ignore_errors=True)

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import http from "node:http";
 import https from "node:https";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -98,20 +99,41 @@ function request(
   });
 }
 
-before(async () => {
-  if (skip !== false) return;
-  const bin = BIN as string;
-  const dir = mkdtempSync(path.join(tmpdir(), "bp-ts-apiserver-"));
-  const processes: ChildProcess[] = [];
+const tail = (file: string) => (existsSync(file) ? readFileSync(file, "utf8").slice(-3000) : "");
+
+const exited = (p: ChildProcess) => p.exitCode !== null || p.signalCode !== null;
+
+/** GET `url` over plain HTTP: true on a 200. */
+function healthy(url: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = http.get(url, { timeout: 2000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on("timeout", () => req.destroy(new Error("timeout")));
+    req.on("error", () => resolve(false));
+  });
+}
+
+/**
+ * etcd and a kube-apiserver on free ports in `dir`, or an Error saying why not. A port found
+ * free can be taken (by another process's outgoing connection) before the child binds it, so
+ * the caller starts again on new ports.
+ */
+async function startControlPlane(
+  bin: string,
+  dir: string,
+  processes: ChildProcess[],
+): Promise<ControlPlane> {
   const start = (name: string, args: string[]) => {
     const log = openSync(path.join(dir, `${name}.log`), "w");
     const p = spawn(path.join(bin, name), args, { stdio: ["ignore", log, log] });
+    p.on("error", () => {});
     processes.push(p);
     return p;
   };
-  const etcdPort = await freePort();
-  const etcdUrl = `http://127.0.0.1:${etcdPort}`;
-  start("etcd", [
+  const etcdUrl = `http://127.0.0.1:${await freePort()}`;
+  const etcd = start("etcd", [
     `--data-dir=${path.join(dir, "etcd")}`,
     `--listen-client-urls=${etcdUrl}`,
     `--advertise-client-urls=${etcdUrl}`,
@@ -119,6 +141,17 @@ before(async () => {
     "--unsafe-no-fsync",
     "--log-level=warn",
   ]);
+  for (
+    const deadline = Date.now() + 30_000;
+    !(await healthy(`${etcdUrl}/health`));
+    await sleep(200)
+  ) {
+    if (exited(etcd) || Date.now() > deadline) {
+      throw new Error(
+        `etcd not healthy (exit ${etcd.exitCode}):\n${tail(path.join(dir, "etcd.log"))}`,
+      );
+    }
+  }
   const { privateKey, publicKey } = generateKeyPairSync("rsa", {
     modulusLength: 2048,
     privateKeyEncoding: { type: "pkcs8", format: "pem" },
@@ -129,7 +162,7 @@ before(async () => {
   const adminToken = randomBytes(24).toString("hex");
   writeFileSync(path.join(dir, "tokens.csv"), `${adminToken},admin,admin-uid,"system:masters"\n`);
   const port = await freePort();
-  start("kube-apiserver", [
+  const apiserver = start("kube-apiserver", [
     `--etcd-servers=${etcdUrl}`,
     "--bind-address=127.0.0.1",
     "--advertise-address=127.0.0.1",
@@ -155,21 +188,42 @@ before(async () => {
   };
   const deadline = Date.now() + 180_000;
   for (;;) {
-    if (Date.now() > deadline) {
-      const log = readFileSync(path.join(dir, "kube-apiserver.log"), "utf8").slice(-3000);
-      throw new Error(`kube-apiserver not ready in 180 s:\n${log}`);
+    if (exited(apiserver) || exited(etcd) || Date.now() > deadline) {
+      throw new Error(
+        `kube-apiserver not ready (exit ${apiserver.exitCode}, etcd exit ${etcd.exitCode}):\n` +
+          `${tail(path.join(dir, "kube-apiserver.log"))}\netcd:\n${tail(path.join(dir, "etcd.log"))}`,
+      );
     }
     if (existsSync(certFile)) {
       cp.api.ca = readFileSync(certFile);
       try {
         const r = await request("GET", "/api/v1/namespaces/default", undefined);
-        if (r.status === 200) break;
+        if (r.status === 200) return cp;
       } catch {
         // not listening yet
       }
     }
     await sleep(300);
   }
+}
+
+before(async () => {
+  if (skip !== false) return;
+  const failures: string[] = [];
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    const dir = mkdtempSync(path.join(tmpdir(), "bp-ts-apiserver-"));
+    const processes: ChildProcess[] = [];
+    try {
+      cp = await startControlPlane(BIN as string, dir, processes);
+      return;
+    } catch (e) {
+      failures.push(`attempt ${attempt}: ${(e as Error).message}`);
+      for (const p of processes) p.kill("SIGKILL");
+      cp = undefined;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  throw new Error(`no kube-apiserver:\n${failures.join("\n")}`);
 });
 
 after(() => {
