@@ -15,6 +15,11 @@
 #   tools/k8s/redis-exporter/go.mod  github.com/oliver006/redis_exporter (the Redis Streams
 #                                queue preset's integration test; about 10 s cold)
 #
+# The real test node's binaries (kubelet, kube-scheduler, kube-proxy from the same k8s.io/kubernetes
+# module, and the pod sandbox: tools/k8s/pause as a static binary and as an OCI archive of an
+# image FROM scratch, made with podman) are built only with BP_NODE=1 (or `build.sh node`): about
+# 35 s once the control plane is built (its Go cache is shared).
+#
 # KEDA's binaries are built only with BP_KEDA=1 (or `tools/k8s/build.sh keda`): the lab and the
 # tests that compare against it ask for it; the other tests do not pay its ~15 CPU-minutes cold.
 # KEDA's CRDs (`keda-crds/`, a module download of seconds) are always there: the Guard-mode tests
@@ -50,7 +55,16 @@ keda_out="$cache/$keda_key/bin"
 rexp_key="redis_exporter-${rexp_version}"
 rexp_out="$cache/$rexp_key/bin"
 want_keda=${BP_KEDA:-0}
-[ "${1:-}" = keda ] && want_keda=1
+want_node=${BP_NODE:-0}
+for arg in "$@"; do
+  case $arg in
+    keda) want_keda=1 ;;
+    node) want_node=1 ;;
+    *) echo "k8s-bins: unknown component $arg (keda, node)" >&2; exit 2 ;;
+  esac
+done
+node_key="node-k8s-${k8s_version}"
+node_out="$cache/$node_key/bin"
 all_out="$cache/bin-${k8s_key}_${prom_key}"
 
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
@@ -137,6 +151,38 @@ build_keda() {
   echo "k8s-bins: $keda_key built in $(( $(date +%s) - start ))s" >&2
 }
 
+build_node() {
+  have "$node_out" kubelet kube-scheduler kube-proxy pause && [ -f "$node_out/pause.oci.tar" ] && return 0
+  need_go "the test node"
+  command -v podman >/dev/null || { echo "k8s-bins: podman is needed for the pause image (apt-get install podman runc)" >&2; exit 1; }
+  local tmp="$cache/$node_key/tmp.$$" start minor vp ldflags
+  mkdir -p "$tmp/image"
+  start=$(date +%s)
+  echo "k8s-bins: building $node_key (about 35 s after the control plane)" >&2
+  minor=${k8s_version#*.}; minor=${minor%%.*}
+  vp=k8s.io/component-base/version
+  ldflags="-s -w -X $vp.gitVersion=v$k8s_version -X $vp.gitMajor=1 -X $vp.gitMinor=$minor \
+-X $vp.gitTreeState=clean -X $vp.buildDate=1970-01-01T00:00:00Z \
+-X $vp.gitCommit=0000000000000000000000000000000000000000"
+  (
+    cd "$here"
+    go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
+      k8s.io/kubernetes/cmd/kubelet \
+      k8s.io/kubernetes/cmd/kube-scheduler \
+      k8s.io/kubernetes/cmd/kube-proxy
+    go build -trimpath -ldflags "-s -w" -o "$tmp/pause" ./pause
+  )
+  cp "$tmp/pause" "$tmp/image/pause"
+  printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$tmp/image/Containerfile"
+  podman build --pull=never --timestamp 0 -q -t "localhost/backpressure-pause:$node_key" "$tmp/image" >/dev/null
+  podman save --format oci-archive -o "$tmp/pause.oci.tar" "localhost/backpressure-pause:$node_key" >/dev/null
+  podman rmi "localhost/backpressure-pause:$node_key" >/dev/null 2>&1 || true
+  mkdir -p "$node_out"
+  for b in kubelet kube-scheduler kube-proxy pause pause.oci.tar; do mv "$tmp/$b" "$node_out/$b"; done
+  rm -rf "$tmp"
+  echo "k8s-bins: $node_key built in $(( $(date +%s) - start ))s" >&2
+}
+
 build_keda_crds() {
   [ -d "$keda_out/crds" ] && return 0
   need_go "KEDA's CRDs"
@@ -181,6 +227,7 @@ locked "$prom_key" build_prometheus
 locked "$rexp_key" build_redis_exporter
 locked "$keda_key-crds" build_keda_crds
 [ "$want_keda" = 1 ] && locked "$keda_key" build_keda
+[ "$want_node" = 1 ] && locked "$node_key" build_node
 
 # One directory with every binary (symlinks into the keyed component directories).
 if ! have "$all_out" kube-apiserver kube-controller-manager kubectl etcd helm prometheus; then
@@ -193,6 +240,11 @@ have "$all_out" redis_exporter || ln -sfn "$rexp_out/redis_exporter" "$all_out/r
 if [ "$want_keda" = 1 ] && ! have "$all_out" keda-operator keda-adapter; then
   ln -sfn "$keda_out/keda-operator" "$all_out/keda-operator"
   ln -sfn "$keda_out/keda-adapter" "$all_out/keda-adapter"
+fi
+if [ "$want_node" = 1 ]; then
+  for b in kubelet kube-scheduler kube-proxy pause pause.oci.tar; do
+    [ -e "$all_out/$b" ] || ln -sfn "$node_out/$b" "$all_out/$b"
+  done
 fi
 echo "k8s-bins: up to date ($k8s_key, $prom_key, $rexp_key)" >&2
 echo "$all_out"

@@ -27,6 +27,7 @@ use kube::api::{Api, PostParams};
 use kube::config::AuthInfo;
 
 mod keda;
+pub mod node;
 mod pki;
 pub mod process;
 mod prometheus;
@@ -37,7 +38,8 @@ pub mod sqs;
 pub use keda::{
     HpaControllerFlags, KEDA_NAMESPACE, KEDA_VERSION, Keda, keda_bin_dir, keda_crds_dir,
 };
-pub use pki::Pki;
+pub use node::NodeCluster;
+pub use pki::{Issued, Pki};
 pub use process::Supervised;
 pub use prometheus::{Prometheus, ScrapeTarget, urlencode};
 pub use rabbitmq::RabbitMq;
@@ -80,6 +82,10 @@ pub enum Error {
     /// A kube client configuration error.
     #[error("kube config: {0}")]
     Config(String),
+    /// A real node cannot run on this machine (not root, no writable cgroups, a package
+    /// missing): the reason, for a caller that falls back to the kubelet stand-in.
+    #[error("no real node on this machine: {0}")]
+    NodeUnavailable(String),
 }
 
 impl Error {
@@ -147,6 +153,9 @@ pub(crate) fn binary_in(dir: &Path, name: &str) -> Result<PathBuf, Error> {
 /// clouds or volumes.
 pub(crate) const WORKLOAD_CONTROLLERS: &str = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ttl";
 
+/// The controllers [`TestEnv::start_controller_manager_with_nodes`] runs.
+pub(crate) const NODE_CONTROLLERS: &str = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ttl";
+
 /// A running etcd + kube-apiserver (and optionally kube-controller-manager).
 #[derive(Debug)]
 pub struct TestEnv {
@@ -160,6 +169,7 @@ pub struct TestEnv {
     garbage_collector: Mutex<Option<Supervised>>,
     hpa_controller: Mutex<Option<Supervised>>,
     keda: Mutex<Option<Keda>>,
+    address: Option<std::net::Ipv4Addr>,
 }
 
 static SHARED: OnceLock<TestEnv> = OnceLock::new();
@@ -185,9 +195,17 @@ impl TestEnv {
     /// plane that does not become ready is therefore started again on new ports, three
     /// attempts in all. The last attempt's error is returned.
     pub fn start() -> Result<TestEnv, Error> {
+        Self::start_on(None)
+    }
+
+    /// [`TestEnv::start`] listening on `address` instead of loopback (`None`: loopback), the
+    /// address a real node's pods reach through the `kubernetes` Service. With an address the
+    /// API server also authorizes kubelets (`Node,RBAC`, `NodeRestriction`) and reaches them
+    /// with its own client certificate at their InternalIP.
+    pub fn start_on(address: Option<std::net::Ipv4Addr>) -> Result<TestEnv, Error> {
         let mut attempt = 1;
         loop {
-            match Self::start_once() {
+            match Self::start_once(address) {
                 Err(e @ Error::NotReady { .. }) if attempt < 3 => {
                     tracing::warn!(attempt, error = %e, "control plane not ready; starting again");
                     attempt += 1;
@@ -197,7 +215,7 @@ impl TestEnv {
         }
     }
 
-    fn start_once() -> Result<TestEnv, Error> {
+    fn start_once(address: Option<std::net::Ipv4Addr>) -> Result<TestEnv, Error> {
         let base = std::env::var_os("BP_ENVTEST_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);
@@ -205,7 +223,21 @@ impl TestEnv {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         process::remove_dir_on_exit(&dir)?;
-        let pki = Pki::generate(&dir)?;
+        let pki = match address {
+            Some(ip) => {
+                let pki = Pki::generate_with(&dir, &[std::net::IpAddr::V4(ip)])?;
+                pki.issue(
+                    &dir,
+                    "apiserver-kubelet-client",
+                    "kube-apiserver-kubelet-client",
+                    &["system:masters"],
+                    &[],
+                    &[],
+                )?;
+                pki
+            }
+            None => Pki::generate(&dir)?,
+        };
 
         let etcd_port = process::free_port()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
@@ -236,11 +268,12 @@ impl TestEnv {
         }
 
         let port = process::free_port()?;
-        let server = format!("https://127.0.0.1:{port}");
+        let host = address.unwrap_or(std::net::Ipv4Addr::LOCALHOST);
+        let server = format!("https://{host}:{port}");
         let apiserver = Supervised::spawn(
             "kube-apiserver",
             &binary("kube-apiserver")?,
-            &apiserver_args(&dir, &pki, port, &etcd_url),
+            &apiserver_args(&dir, &pki, port, &etcd_url, address),
             &dir.join("kube-apiserver.log"),
         )?;
         let kubeconfig = dir.join("admin.kubeconfig");
@@ -257,6 +290,7 @@ impl TestEnv {
             garbage_collector: Mutex::new(None),
             hpa_controller: Mutex::new(None),
             keda: Mutex::new(None),
+            address,
         };
         env.wait_ready(Duration::from_secs(120))?;
         Ok(env)
@@ -412,6 +446,16 @@ impl TestEnv {
         )
     }
 
+    /// Starts kube-controller-manager with the node lifecycle controller as well (it lifts a
+    /// new node's `not-ready` taint), for a control plane with a real node. Idempotent.
+    pub fn start_controller_manager_with_nodes(&self) -> Result<(), Error> {
+        self.start_kcm(
+            &self.controller_manager,
+            "kube-controller-manager",
+            NODE_CONTROLLERS,
+        )
+    }
+
     /// Starts a kube-controller-manager running the garbage collector only (objects whose
     /// owners are gone are deleted, as in a real cluster), without the workload controllers
     /// that would turn Deployments into Pods under tests that bring their own fake pods.
@@ -505,7 +549,7 @@ impl TestEnv {
         *api = Supervised::spawn(
             "kube-apiserver",
             &binary("kube-apiserver")?,
-            &apiserver_args(&self.dir, &self.pki, port, &etcd_url),
+            &apiserver_args(&self.dir, &self.pki, port, &etcd_url, self.address),
             &self.dir.join("kube-apiserver.log"),
         )?;
         drop(api);
@@ -603,11 +647,18 @@ rules:
 - level: None
 ";
 
-fn apiserver_args(dir: &Path, pki: &Pki, port: u16, etcd_url: &str) -> Vec<String> {
+fn apiserver_args(
+    dir: &Path,
+    pki: &Pki,
+    port: u16,
+    etcd_url: &str,
+    address: Option<std::net::Ipv4Addr>,
+) -> Vec<String> {
+    let host = address.unwrap_or(std::net::Ipv4Addr::LOCALHOST);
     // Remember the etcd URL for restarts.
     let _ = std::fs::write(dir.join("etcd-url"), etcd_url);
     let _ = std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY);
-    vec![
+    let mut args: Vec<String> = vec![
         format!(
             "--audit-policy-file={}",
             dir.join("audit-policy.yaml").display()
@@ -616,16 +667,15 @@ fn apiserver_args(dir: &Path, pki: &Pki, port: u16, etcd_url: &str) -> Vec<Strin
         "--audit-log-format=json".into(),
         "--audit-log-mode=blocking".into(),
         format!("--etcd-servers={etcd_url}"),
-        "--bind-address=127.0.0.1".into(),
-        "--advertise-address=127.0.0.1".into(),
+        format!("--bind-address={host}"),
+        format!("--advertise-address={host}"),
         format!("--secure-port={port}"),
         format!("--cert-dir={}", dir.join("certs").display()),
         format!("--tls-cert-file={}", pki.server_cert_file.display()),
         format!("--tls-private-key-file={}", pki.server_key_file.display()),
         format!("--client-ca-file={}", pki.ca_file.display()),
-        "--authorization-mode=RBAC".into(),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
-        format!("--service-account-issuer=https://127.0.0.1:{port}"),
+        format!("--service-account-issuer=https://{host}:{port}"),
         format!("--service-account-key-file={}", pki.sa_pub_file.display()),
         format!(
             "--service-account-signing-key-file={}",
@@ -649,13 +699,35 @@ fn apiserver_args(dir: &Path, pki: &Pki, port: u16, etcd_url: &str) -> Vec<Strin
             pki.front_proxy_client_key_file.display()
         ),
         "--allow-privileged=true".into(),
-        "--disable-admission-plugins=ServiceAccount".into(),
         "--enable-priority-and-fairness=false".into(),
         "--max-requests-inflight=2000".into(),
         "--max-mutating-requests-inflight=1000".into(),
         "--profiling=false".into(),
         "--v=0".into(),
-    ]
+    ];
+    if address.is_some() {
+        // A real node: kubelets authenticate as system:node:<name> and are authorized by the
+        // Node authorizer; pods get ServiceAccount tokens (the ServiceAccount admission plugin).
+        args.extend([
+            "--authorization-mode=Node,RBAC".into(),
+            "--enable-admission-plugins=NodeRestriction".into(),
+            format!(
+                "--kubelet-client-certificate={}",
+                dir.join("apiserver-kubelet-client.crt").display()
+            ),
+            format!(
+                "--kubelet-client-key={}",
+                dir.join("apiserver-kubelet-client.key").display()
+            ),
+            "--kubelet-preferred-address-types=InternalIP".into(),
+        ]);
+    } else {
+        args.extend([
+            "--authorization-mode=RBAC".into(),
+            "--disable-admission-plugins=ServiceAccount".into(),
+        ]);
+    }
+    args
 }
 
 fn admin_kubeconfig(server: &str, pki: &Pki) -> String {

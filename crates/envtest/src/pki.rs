@@ -48,6 +48,37 @@ pub struct Pki {
     pub front_proxy_client_key_file: PathBuf,
     /// `keda-certs/`: `ca.crt` (this CA), `tls.crt`, `tls.key`.
     pub keda_cert_dir: PathBuf,
+    /// `ca.key`: the CA's key, for [`Pki::issue`] (a test node's kubelet certificates).
+    pub ca_key_file: PathBuf,
+}
+
+/// A certificate issued by [`Pki::issue`] and the files it was written to.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    /// `<name>.crt`.
+    pub cert_file: PathBuf,
+    /// `<name>.key`.
+    pub key_file: PathBuf,
+    /// The certificate (PEM).
+    pub cert_pem: String,
+    /// The key (PKCS#8 PEM).
+    pub key_pem: String,
+}
+
+/// The CA's parameters (its name and usages): the same for [`Pki::generate`] and [`Pki::issue`].
+fn ca_params() -> Result<CertificateParams, Error> {
+    let mut params =
+        CertificateParams::new(Vec::<String>::new()).map_err(|e| pki_err("CA params", e))?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "backpressure-envtest-ca");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(params)
 }
 
 fn pki_err(what: &str, e: rcgen::Error) -> Error {
@@ -57,18 +88,14 @@ fn pki_err(what: &str, e: rcgen::Error) -> Error {
 impl Pki {
     /// Generates everything into `dir`.
     pub fn generate(dir: &Path) -> Result<Self, Error> {
+        Self::generate_with(dir, &[])
+    }
+
+    /// [`Pki::generate`] with more IP addresses in the API server's certificate (a test node's
+    /// bridge address, where the API server also listens).
+    pub fn generate_with(dir: &Path, server_ips: &[std::net::IpAddr]) -> Result<Self, Error> {
         let ca_key = KeyPair::generate().map_err(|e| pki_err("CA key", e))?;
-        let mut ca_params =
-            CertificateParams::new(Vec::<String>::new()).map_err(|e| pki_err("CA params", e))?;
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "backpressure-envtest-ca");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        let ca_params = ca_params()?;
         let ca_cert = ca_params
             .self_signed(&ca_key)
             .map_err(|e| pki_err("CA cert", e))?;
@@ -91,6 +118,11 @@ impl Pki {
             .push(SanType::IpAddress(std::net::IpAddr::V4(
                 std::net::Ipv4Addr::new(10, 0, 0, 1),
             )));
+        for ip in server_ips {
+            server_params
+                .subject_alt_names
+                .push(SanType::IpAddress(*ip));
+        }
         server_params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
@@ -188,6 +220,7 @@ impl Pki {
             front_proxy_client_key_file: write("front-proxy-client.key", &fp_key.serialize_pem())?,
             keda_cert_dir: keda_dir,
             ca_file: write("ca.crt", &ca_pem)?,
+            ca_key_file: write("ca.key", &issuer.key().serialize_pem())?,
             server_cert_file: write("apiserver.crt", &server_cert.pem())?,
             server_key_file: write("apiserver.key", &server_key.serialize_pem())?,
             sa_key_file: write("sa.key", &sa_key.serialize_pem())?,
@@ -197,6 +230,66 @@ impl Pki {
             ca_pem,
             admin_cert_pem,
             admin_key_pem,
+        })
+    }
+
+    /// Issues a certificate signed by this CA, written to `<dir>/<name>.crt` and `.key`: a
+    /// client certificate for `common_name` in `organizations`, and a serving one too when
+    /// `server_ips` is not empty (with those IP SANs and `dns_names`).
+    pub fn issue(
+        &self,
+        dir: &Path,
+        name: &str,
+        common_name: &str,
+        organizations: &[&str],
+        server_ips: &[std::net::IpAddr],
+        dns_names: &[&str],
+    ) -> Result<Issued, Error> {
+        let ca_key_pem = std::fs::read_to_string(&self.ca_key_file)
+            .map_err(|e| Error::io(format!("read {}", self.ca_key_file.display()), e))?;
+        let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| pki_err("CA key", e))?;
+        // The same name and key as the CA certificate: what an issued certificate refers to.
+        let issuer = Issuer::new(ca_params()?, ca_key);
+        let key = KeyPair::generate().map_err(|e| pki_err("key", e))?;
+        let mut params = CertificateParams::new(
+            dns_names
+                .iter()
+                .map(|d| (*d).to_owned())
+                .collect::<Vec<_>>(),
+        )
+        .map_err(|e| pki_err("params", e))?;
+        for ip in server_ips {
+            params.subject_alt_names.push(SanType::IpAddress(*ip));
+        }
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        for org in organizations {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *org);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        if !server_ips.is_empty() {
+            params
+                .extended_key_usages
+                .push(ExtendedKeyUsagePurpose::ServerAuth);
+        }
+        let cert = params
+            .signed_by(&key, &issuer)
+            .map_err(|e| pki_err("cert", e))?;
+        let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+        let cert_file = dir.join(format!("{name}.crt"));
+        let key_file = dir.join(format!("{name}.key"));
+        for (path, text) in [(&cert_file, &cert_pem), (&key_file, &key_pem)] {
+            std::fs::write(path, text)
+                .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+        }
+        Ok(Issued {
+            cert_file,
+            key_file,
+            cert_pem,
+            key_pem,
         })
     }
 }

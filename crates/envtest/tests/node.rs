@@ -1,0 +1,98 @@
+//! The real node: it starts, runs a pod from a locally imported image on the bridge network,
+//! and leaves the host as it found it. Needs root (see `backpressure_envtest::node`): where the
+//! node cannot run, the test says why and passes, unless `BP_REQUIRE_NODE=1` (CI) makes that a
+//! failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use backpressure_envtest::node::{BRIDGE, NODE_NAME};
+use backpressure_envtest::{Error, NodeCluster};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+
+fn start() -> Option<NodeCluster> {
+    match NodeCluster::start() {
+        Ok(c) => Some(c),
+        Err(Error::NodeUnavailable(why))
+            if std::env::var("BP_REQUIRE_NODE").as_deref() != Ok("1") =>
+        {
+            eprintln!("SKIPPED: {why} (BP_REQUIRE_NODE=1 makes this a failure)");
+            None
+        }
+        Err(e) => panic!("the real node did not start: {e}"),
+    }
+}
+
+fn host_snapshot() -> (bool, usize, bool) {
+    let bridge = std::process::Command::new("ip")
+        .args(["link", "show", BRIDGE])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let mut kube_lines = 0;
+    for t in ["filter", "nat", "mangle"] {
+        let out = std::process::Command::new("iptables-save")
+            .args(["-t", t])
+            .output()
+            .unwrap();
+        kube_lines += String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("KUBE-") || l.contains("backpressure-envtest-node"))
+            .count();
+    }
+    let cgroup = std::path::Path::new("/sys/fs/cgroup/memory/bp-envtest-node").exists()
+        || std::path::Path::new("/sys/fs/cgroup/bp-envtest-node").exists();
+    (bridge, kube_lines, cgroup)
+}
+
+#[test]
+fn a_pod_runs_on_the_real_node_and_the_host_is_restored() {
+    let before = host_snapshot();
+    let Some(cluster) = start() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = cluster.env().client().unwrap();
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "sandbox"},
+            "spec": {
+                "containers": [{
+                    "name": "pause",
+                    "image": format!("localhost/backpressure-pause:node-k8s-{}", backpressure_envtest::KUBERNETES_VERSION.trim_start_matches('v')),
+                    "imagePullPolicy": "Never",
+                    "resources": {"limits": {"memory": "16Mi"}},
+                }],
+                "terminationGracePeriodSeconds": 1,
+            }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        let ip = loop {
+            let p = pods.get("sandbox").await.unwrap();
+            let status = p.status.unwrap_or_default();
+            if status.phase.as_deref() == Some("Running") {
+                break status.pod_ip.unwrap_or_default();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pod is not Running: {status:?}\nkubelet log:\n{}",
+                backpressure_envtest::process::tail(&cluster.dir().join("kubelet.log"), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        assert!(ip.starts_with("10.213.0."), "pod IP {ip} is not on the bridge");
+        let p = pods.get("sandbox").await.unwrap();
+        assert_eq!(p.spec.unwrap().node_name.as_deref(), Some(NODE_NAME), "scheduled to the node");
+        pods.delete("sandbox", &DeleteParams::default()).await.unwrap();
+    });
+    assert!(host_snapshot().0, "the bridge exists while the node runs");
+    drop(cluster);
+    assert_eq!(
+        host_snapshot(),
+        before,
+        "the host is restored (bridge, iptables, cgroups)"
+    );
+}
