@@ -10,7 +10,8 @@ export BP_CACHE ?= $(HOME)/.cache/backpressure-operator
 # (tools/k8s/build.sh is a no-op when the cache is warm). Its progress and errors go to the
 # terminal; a failure stops make with the script's status. `make unit` never evaluates it.
 K8S_BIN = $(eval K8S_BIN := $$(shell tools/k8s/build.sh keda | tail -n1))$(if $(filter 0,$(.SHELLSTATUS)),,$(error tools/k8s/build.sh failed (exit $(.SHELLSTATUS)): see its output above))$(if $(K8S_BIN),,$(error tools/k8s/build.sh printed no bin directory))$(K8S_BIN)
-APT_PACKAGES := prometheus redis-server lua5.1 rabbitmq-server podman runc
+# containerd, the CNI plugins and iptables: the real test node (crates/envtest/src/node.rs).
+APT_PACKAGES := prometheus redis-server lua5.1 rabbitmq-server podman runc containerd containernetworking-plugins iptables
 CHART := charts/backpressure-operator
 # The lab and the operator are built in one cargo invocation (the whole workspace for the e2e
 # tests, as `make test` builds it): built apart, each selection unifies the shared
@@ -37,7 +38,7 @@ help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: ## Install system packages (Prometheus, Redis, RabbitMQ, podman) if missing, and moto (SQS) into its cached venv
+deps: ## Install system packages (Prometheus, Redis, RabbitMQ, podman, containerd) if missing, and moto (SQS) into its cached venv
 	@missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
@@ -46,6 +47,9 @@ deps: ## Install system packages (Prometheus, Redis, RabbitMQ, podman) if missin
 	command -v rabbitmq-server >/dev/null || test -x /usr/lib/rabbitmq/bin/rabbitmq-server || missing="$$missing rabbitmq-server"; \
 	command -v podman >/dev/null || missing="$$missing podman"; \
 	command -v runc >/dev/null || missing="$$missing runc"; \
+	command -v containerd >/dev/null || missing="$$missing containerd"; \
+	test -x /usr/lib/cni/bridge || missing="$$missing containernetworking-plugins"; \
+	command -v iptables >/dev/null || test -x /usr/sbin/iptables || missing="$$missing iptables"; \
 	if [ -n "$$missing" ]; then \
 	  echo "deps: installing $(APT_PACKAGES)"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \

@@ -16,7 +16,8 @@ use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
 
-/// Readiness shared with the controller: ready once the caches have synced.
+/// Readiness shared with the controller: ready while a standby waits for the Lease, and when
+/// leading (or without leader election) once the caches have synced.
 #[derive(Debug, Default)]
 pub struct Health {
     ready: AtomicBool,

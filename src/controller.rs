@@ -144,14 +144,19 @@ pub async fn run(
         return Err(RunError::Crd(e));
     }
 
-    // Wait for the Lease before watching anything.
+    // Wait for the Lease before watching anything. A standby is ready: it is up, reaches the
+    // API server, finds the CRDs and can take over (a Deployment of two replicas rolls out and
+    // its PodDisruptionBudget allows an eviction). Once leading it is ready again when its
+    // caches have their first list.
     if let Some(rx) = leader.as_mut() {
         tracing::info!("waiting for leadership");
+        health.set_ready(true);
         while !*rx.borrow_and_update() {
             if rx.changed().await.is_err() {
                 return Err(RunError::LeaderLost);
             }
         }
+        health.set_ready(false);
         metrics.set_leader(true);
     }
 

@@ -15,6 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt as _};
 use kube::Resource;
@@ -114,6 +115,33 @@ where
     })
 }
 
+/// How long a watch error that repeats unchanged stays at debug level before it is warned again.
+const REPEAT_WARNING: Duration = Duration::from_secs(600);
+
+/// Whether a watch error is worth a warning: the first, a different one, or the same one
+/// after [`REPEAT_WARNING`].
+#[derive(Debug, Default)]
+struct RepeatedError {
+    last: Option<(String, Instant)>,
+}
+
+impl RepeatedError {
+    fn warn(&mut self, message: &str, now: Instant) -> bool {
+        let warn = match &self.last {
+            Some((last, at)) => last != message || now.duration_since(*at) >= REPEAT_WARNING,
+            None => true,
+        };
+        if warn {
+            self.last = Some((message.to_owned(), now));
+        }
+        warn
+    }
+
+    fn clear(&mut self) {
+        self.last = None;
+    }
+}
+
 /// A watch of `K` over `scope` (`api_in(None)` is the cluster-wide API, `api_in(Some(ns))` a
 /// namespace's), with the events of a single watcher ([module documentation](self)). Each
 /// namespace's watcher retries on its own after an error (`default_backoff`); errors are
@@ -127,15 +155,24 @@ pub fn watch<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    // A watch that keeps failing (forbidden: a namespace missing from the Roles) says so.
+    // A watch that keeps failing (forbidden: a namespace missing from the Roles; KEDA's
+    // ScaledObjects where KEDA is not installed) says so, once per error and again every
+    // REPEAT_WARNING while it lasts, and at debug level in between.
     let logged = |api: Api<K>| {
         let url = api.resource_url().to_owned();
+        let mut repeats = RepeatedError::default();
         watch_one(api, config.clone())
             .default_backoff()
-            .inspect(move |r| {
-                if let Err(e) = r {
-                    tracing::warn!(watch = %url, error = %e, "watch failed; retrying");
+            .inspect(move |r| match r {
+                Err(e) => {
+                    let message = e.to_string();
+                    if repeats.warn(&message, Instant::now()) {
+                        tracing::warn!(watch = %url, error = %message, "watch failed; retrying");
+                    } else {
+                        tracing::debug!(watch = %url, error = %message, "watch failed again; retrying");
+                    }
                 }
+                Ok(_) => repeats.clear(),
             })
     };
     match scope {
@@ -261,6 +298,38 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::runtime::reflector;
+
+    #[test]
+    fn a_repeated_watch_error_is_warned_once_per_message_and_period() {
+        let t0 = Instant::now();
+        let mut r = RepeatedError::default();
+        assert!(r.warn("404 page not found", t0), "the first error");
+        assert!(!r.warn("404 page not found", t0 + Duration::from_secs(1)));
+        assert!(!r.warn(
+            "404 page not found",
+            t0 + REPEAT_WARNING - Duration::from_secs(1)
+        ));
+        assert!(
+            r.warn("403 forbidden", t0 + Duration::from_secs(2)),
+            "a different error"
+        );
+        assert!(!r.warn("403 forbidden", t0 + Duration::from_secs(3)));
+        assert!(
+            r.warn(
+                "403 forbidden",
+                t0 + Duration::from_secs(2) + REPEAT_WARNING
+            ),
+            "after the period"
+        );
+        r.clear();
+        assert!(
+            r.warn(
+                "403 forbidden",
+                t0 + Duration::from_secs(2) + REPEAT_WARNING
+            ),
+            "after a success"
+        );
+    }
 
     fn cm(ns: &str, name: &str, v: &str) -> ConfigMap {
         serde_json::from_value(serde_json::json!({

@@ -20,6 +20,7 @@ mod gitops;
 mod guard;
 mod hostile;
 mod keda;
+mod node;
 mod observability;
 mod operator;
 mod plugin;

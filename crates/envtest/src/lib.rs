@@ -1,4 +1,5 @@
-//! A real Kubernetes control plane and a real Prometheus for tests, on loopback.
+//! A real Kubernetes control plane and a real Prometheus for tests, on loopback; and a real
+//! node joined to a control plane on a local bridge ([`node`], [`NodeCluster`]).
 //!
 //! [`TestEnv::shared`] starts etcd and kube-apiserver once per test binary (built from the Go
 //! module proxy by `tools/k8s/build.sh`, see `make k8s-bins`), with generated certificates and

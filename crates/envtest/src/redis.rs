@@ -21,6 +21,12 @@ impl RedisServer {
     /// Starts `redis-server` (from /usr/bin or /usr/local/bin) on a free loopback port, with no
     /// persistence, its files (and `redis.log`) in `dir`.
     pub fn start(dir: &Path) -> Result<Self, Error> {
+        Self::start_on(dir, None)
+    }
+
+    /// [`RedisServer::start`] listening on `also` as well as on loopback (a test node's bridge
+    /// address, where its pods reach the host), with protected mode off for those clients.
+    pub fn start_on(dir: &Path, also: Option<std::net::Ipv4Addr>) -> Result<Self, Error> {
         let binary = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
             .iter()
             .map(PathBuf::from)
@@ -51,9 +57,9 @@ impl RedisServer {
             "--port".into(),
             port.to_string(),
             "--bind".into(),
-            "127.0.0.1".into(),
+            also.map_or_else(|| "127.0.0.1".into(), |ip| format!("127.0.0.1 {ip}")),
             "--protected-mode".into(),
-            "yes".into(),
+            if also.is_some() { "no" } else { "yes" }.into(),
             "--save".into(),
             String::new(),
             "--appendonly".into(),

@@ -60,7 +60,8 @@ pub struct WorkerArgs {
     /// Seed of the probe jitter.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Kubeconfig for the TokenReview that authenticates config pushes.
+    /// Kubeconfig for the TokenReview that authenticates config pushes (default: in a pod, the
+    /// pod's in-cluster configuration).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Identity allowed to push configuration (the operator's ServiceAccount username).
@@ -167,8 +168,10 @@ async fn kube_client(path: &std::path::Path) -> anyhow::Result<kube::Client> {
 }
 
 /// A pod's admin endpoint accepting pushes only from `identities` with a token for the pod's own
-/// audience (`namespace`, `workload`), checked by TokenReview through `kubeconfig`; without a
-/// kubeconfig or identities it accepts no push. The workers and the producer pods share it.
+/// audience (`namespace`, `workload`), checked by TokenReview through `kubeconfig`, or, without
+/// one, through the pod's in-cluster configuration (its ServiceAccount token and the
+/// `kubernetes` Service) when it runs in a pod; without identities, or with neither, it
+/// accepts no push. The workers and the producer pods share it.
 pub(crate) async fn authenticated(
     admin: Admin,
     kubeconfig: Option<&std::path::Path>,
@@ -176,10 +179,16 @@ pub(crate) async fn authenticated(
     workload: &str,
     identities: &[String],
 ) -> anyhow::Result<Admin> {
-    let Some(path) = kubeconfig.filter(|_| !identities.is_empty()) else {
+    if identities.is_empty() {
         return Ok(admin);
+    }
+    let client = match kubeconfig {
+        Some(path) => kube_client(path).await?,
+        None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+            kube::Client::try_from(kube::Config::incluster()?)?
+        }
+        None => return Ok(admin),
     };
-    let client = kube_client(path).await?;
     let verifier =
         backpressure_worker::config::token::TokenReviewVerifier::new(client, namespace, workload);
     Ok(admin.with_verifier(Arc::new(verifier), identities.to_vec()))
