@@ -11,6 +11,14 @@ use backpressure_envtest::{Error, NodeCluster};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 
+/// One node per machine: the tests of this binary take turns (each compares the host before and
+/// after).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn start() -> Option<NodeCluster> {
     match NodeCluster::start() {
         Ok(c) => Some(c),
@@ -48,6 +56,7 @@ fn host_snapshot() -> (bool, usize, bool) {
 
 #[test]
 fn a_pod_runs_on_the_real_node_and_the_host_is_restored() {
+    let _serial = serial();
     let before = host_snapshot();
     let Some(cluster) = start() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -94,5 +103,93 @@ fn a_pod_runs_on_the_real_node_and_the_host_is_restored() {
         host_snapshot(),
         before,
         "the host is restored (bridge, iptables, cgroups)"
+    );
+}
+
+/// Run by [`a_crashed_test_process_leaves_the_host_restored`] in a child process: starts a
+/// node with a pod, says so, and waits to be killed.
+#[test]
+fn crash_child() {
+    if std::env::var("BP_NODE_CRASH_CHILD").as_deref() != Ok("1") {
+        return;
+    }
+    let cluster = NodeCluster::start().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let pods: Api<Pod> = Api::namespaced(cluster.env().client().unwrap(), "default");
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "left-behind"},
+            "spec": {"containers": [{
+                "name": "pause", "imagePullPolicy": "Never",
+                "image": format!("localhost/backpressure-pause:node-k8s-{}", backpressure_envtest::KUBERNETES_VERSION.trim_start_matches('v')),
+            }]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        loop {
+            let phase = pods.get("left-behind").await.unwrap().status.and_then(|s| s.phase);
+            if phase.as_deref() == Some("Running") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    println!("NODE-RUNNING");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+fn a_crashed_test_process_leaves_the_host_restored() {
+    if std::env::var("BP_NODE_CRASH_CHILD").as_deref() == Ok("1") {
+        return;
+    }
+    let _serial = serial();
+    // Preflight through a start that the child repeats: skip where no node can run.
+    let Some(probe) = start() else { return };
+    drop(probe);
+    let before = host_snapshot();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env("BP_NODE_CRASH_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !line.contains("NODE-RUNNING") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(
+            n > 0 && std::time::Instant::now() < deadline,
+            "the child did not start a node"
+        );
+    }
+    assert!(host_snapshot().0, "the child's bridge exists");
+    let shims = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", "/var/lib/backpressure-envtest/node/"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+            .unwrap_or(0)
+    };
+    assert!(shims() > 0, "the child's containerd and its shim run");
+    // A crash: no destructor runs.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while (host_snapshot() != before || shims() > 0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(
+        host_snapshot(),
+        before,
+        "the janitor restored the host (bridge, iptables, cgroups)"
+    );
+    assert_eq!(shims(), 0, "no process of the node is left");
+    assert!(
+        !std::path::Path::new("/var/lib/backpressure-envtest/node").exists(),
+        "the node's directory is removed"
     );
 }
