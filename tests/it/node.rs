@@ -1,8 +1,9 @@
 //! The chart on a real node (`backpressure_envtest::node`: containerd, runc, a CNI bridge, a
 //! kubelet, kube-scheduler and kube-proxy): `helm install` of `charts/backpressure-operator`
 //! with the operator image `make image` built, workers as a Deployment of the lab-worker image,
-//! and the operator's config push travelling over the pod network, authenticated by a projected
-//! ServiceAccount token that the worker reviews in-cluster.
+//! the operator's config push travelling over the pod network, authenticated by a projected
+//! ServiceAccount token that the worker reviews in-cluster, and the fleet read from a Prometheus
+//! that discovers the real pods through the API server and scrapes their pod IPs.
 //!
 //! Needs root and the images (`make image`, or `make PROFILE=debug image-test`, which
 //! `make test` runs first). Where either is missing the test says why and passes, unless
@@ -14,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use backpressure_envtest::node::NODE_IP;
-use backpressure_envtest::{Error, NodeCluster, RedisServer};
+use backpressure_envtest::{Error, NodeCluster, Prometheus, RedisServer};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -287,6 +288,32 @@ fn the_chart_runs_on_a_real_node_and_pushes_config_over_the_pod_network() {
     let redis_dir = cluster.env().dir().join("redis");
     let redis = RedisServer::start_on(&redis_dir, Some(NODE_IP)).unwrap();
     let (dependency_port, dependency_hits) = serve_dependency();
+    // Prometheus (the one tools/k8s builds, with Kubernetes discovery) on the node's address:
+    // it finds the worker pods through the API server and scrapes their pod IPs; the operator
+    // pods query it over the bridge.
+    let pki = cluster.env().pki();
+    let prometheus = Prometheus::start_with(
+        bin.join("prometheus"),
+        NODE_IP,
+        &format!(
+            r#"- job_name: workers
+  kubernetes_sd_configs:
+  - role: pod
+    api_server: '{server}'
+    tls_config: {{ca_file: '{ca}', cert_file: '{cert}', key_file: '{key}'}}
+    namespaces: {{names: ['{NS}']}}
+  relabel_configs:
+  - {{source_labels: [__meta_kubernetes_pod_container_port_name], action: keep, regex: bp-admin}}
+  - {{source_labels: [__meta_kubernetes_namespace], target_label: namespace}}
+  - {{source_labels: [__meta_kubernetes_pod_name], target_label: pod}}
+"#,
+            server = cluster.env().server_url(),
+            ca = pki.ca_file.display(),
+            cert = pki.admin_cert_file.display(),
+            key = pki.admin_key_file.display(),
+        ),
+    )
+    .unwrap();
 
     // helm install: the chart's CRDs, RBAC, ServiceAccount, Deployment (2 replicas, leader
     // election, probes), PDB, with the image just built. --wait: the operator pods are Ready.
@@ -309,7 +336,7 @@ fn the_chart_runs_on_a_real_node_and_pushes_config_over_the_pod_network() {
             "--set",
             "image.pullPolicy=Never",
             "--set",
-            &format!("operator.prometheusUrl=http://{NODE_IP}:9"),
+            &format!("operator.prometheusUrl={}", prometheus.url()),
             "--set",
             &format!("workerTokenReview.subjects[0].namespace={NS}"),
             "--set",
@@ -399,6 +426,26 @@ fn the_chart_runs_on_a_real_node_and_pushes_config_over_the_pod_network() {
                     Ok(true)
                 } else {
                     Err(format!("{}", v["status"]))
+                }
+            },
+        )
+        .await;
+
+        // The operator reads the fleet from Prometheus, which scraped the real pods.
+        eventually(
+            &cluster,
+            "the fleet's backoff from Prometheus in the status",
+            120,
+            || async {
+                let v = status().await?;
+                let fleet = &v["status"]["fleet"];
+                if fleet["backoff"].is_number() {
+                    Ok(true)
+                } else {
+                    Err(format!(
+                        "fleet {fleet}; conditions {}",
+                        v["status"]["conditions"]
+                    ))
                 }
             },
         )

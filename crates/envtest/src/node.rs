@@ -166,6 +166,7 @@ impl NodeCluster {
         std::fs::write(
             &kubelet_config,
             kubelet_config_yaml(
+                &dir,
                 &cluster.containerd_socket,
                 &pki.ca_file,
                 process::free_port()?,
@@ -538,7 +539,19 @@ exec flock "$2" sh -c '[ ! -f "$1" ] || { bash "$1" && rm -f "$1"; }' teardown "
 #[derive(Debug)]
 struct HostState {
     sysctls: Vec<(String, String)>,
+    /// Directories the kubelet and containerd create at fixed paths whatever their root dirs
+    /// (the device-plugin socket dir, the shim sockets, the container log links) that did not
+    /// exist before: the teardown removes them.
+    absent: Vec<&'static str>,
 }
+
+/// The fixed paths the node may create (see [`HostState::absent`]).
+const FIXED_PATHS: [&str; 4] = [
+    "/var/lib/kubelet",
+    "/run/containerd",
+    "/var/log/containers",
+    "/var/log/pods",
+];
 
 impl HostState {
     fn record() -> Self {
@@ -561,7 +574,11 @@ impl HostState {
                     .map(|v| ((*k).to_owned(), v.trim().to_owned()))
             })
             .collect();
-        HostState { sysctls }
+        let absent = FIXED_PATHS
+            .into_iter()
+            .filter(|p| !Path::new(p).exists())
+            .collect();
+        HostState { sysctls, absent }
     }
 }
 
@@ -617,6 +634,15 @@ fn teardown_script(dir: &Path, host: &HostState) -> String {
         s,
         "for h in /sys/fs/cgroup /sys/fs/cgroup/*; do\n  [ -d \"$h/{CGROUP_ROOT}\" ] || continue\n  find \"$h/{CGROUP_ROOT}\" -depth -type d -exec rmdir {{}} + 2>/dev/null\ndone"
     );
+    // What the kubelet and containerd write at fixed paths: the links to the node's container
+    // logs, the CNI result cache of its network, and the fixed directories it created.
+    let _ = writeln!(
+        s,
+        "find /var/log/containers -maxdepth 1 -lname '{dir}/*' -delete 2>/dev/null\nrm -f /var/lib/cni/results/bp-node-* 2>/dev/null"
+    );
+    for path in &host.absent {
+        let _ = writeln!(s, "rm -rf '{path}'");
+    }
     let _ = writeln!(s, "rm -rf '{dir}'\nexit 0");
     s
 }
@@ -731,6 +757,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         BinaryName = "{RUNC}"
+        Root = "{d}/runc"
 "#,
         socket = socket.display()
     )
@@ -771,7 +798,7 @@ fn cert_kubeconfig(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
     )
 }
 
-fn kubelet_config_yaml(socket: &Path, ca: &Path, port: u16, healthz: u16) -> String {
+fn kubelet_config_yaml(dir: &Path, socket: &Path, ca: &Path, port: u16, healthz: u16) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -808,7 +835,9 @@ resolvConf: /etc/resolv.conf
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
 maxPods: 110
+podLogsDir: {logs}
 "#,
+        logs = dir.join("pod-logs").display(),
         socket = socket.display(),
         ca = ca.display()
     )

@@ -54,6 +54,7 @@ pub struct Prometheus {
     port: u16,
     binary: PathBuf,
     process: Option<Supervised>,
+    listen: std::net::Ipv4Addr,
 }
 
 impl Prometheus {
@@ -79,6 +80,18 @@ impl Prometheus {
 
     /// Starts a Prometheus in a fresh temporary directory and waits until it is ready.
     pub fn start() -> Result<Self, Error> {
+        Self::start_with(Self::binary()?, std::net::Ipv4Addr::LOCALHOST, "")
+    }
+
+    /// [`Prometheus::start`] with `binary` (e.g. the one `tools/k8s/build.sh` builds with
+    /// Kubernetes service discovery), listening on `listen` (a test node's bridge address,
+    /// where its pods reach it), with `scrape_configs` (YAML list items, indented as under
+    /// `scrape_configs:`) after the file-discovered `test` job.
+    pub fn start_with(
+        binary: PathBuf,
+        listen: std::net::Ipv4Addr,
+        scrape_configs: &str,
+    ) -> Result<Self, Error> {
         let base = std::env::var_os("BP_ENVTEST_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);
@@ -87,16 +100,17 @@ impl Prometheus {
             .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         process::remove_dir_on_exit(&dir)?;
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: test\n  file_sd_configs:\n  - files: ['{}']\n    refresh_interval: 1s\n",
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: test\n  file_sd_configs:\n  - files: ['{}']\n    refresh_interval: 1s\n{scrape_configs}",
             dir.join("targets.json").display()
         );
         std::fs::write(dir.join("prometheus.yml"), config)
             .map_err(|e| Error::io("write prometheus.yml".into(), e))?;
         let mut p = Prometheus {
             port: process::free_port()?,
-            binary: Self::binary()?,
+            binary,
             dir,
             process: None,
+            listen,
         };
         p.set_targets(&[])?;
         p.start_again()?;
@@ -114,7 +128,7 @@ impl Prometheus {
                 self.dir.join("prometheus.yml").display()
             ),
             format!("--storage.tsdb.path={}", self.dir.join("data").display()),
-            format!("--web.listen-address=127.0.0.1:{}", self.port),
+            format!("--web.listen-address={}:{}", self.listen, self.port),
             "--storage.tsdb.retention.time=2h".into(),
             "--web.enable-lifecycle".into(),
             "--log.level=warn".into(),
@@ -152,9 +166,9 @@ impl Prometheus {
         }
     }
 
-    /// The base URL, `http://127.0.0.1:<port>`.
+    /// The base URL, `http://<listen address>:<port>` (`127.0.0.1` unless started on another).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.listen, self.port)
     }
 
     /// The port.
@@ -219,11 +233,11 @@ impl Prometheus {
     }
 
     fn get(&self, path: &str) -> Result<(u16, String), Error> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port))
+        let mut s = std::net::TcpStream::connect((self.listen, self.port))
             .map_err(|e| Error::io("connect to prometheus".into(), e))?;
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| Error::io("set timeout".into(), e))?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.listen)
             .map_err(|e| Error::io("write request".into(), e))?;
         let mut resp = String::new();
         s.read_to_string(&mut resp)

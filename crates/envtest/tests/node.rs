@@ -34,26 +34,68 @@ fn start() -> Option<NodeCluster> {
     }
 }
 
-fn host_snapshot() -> (bool, usize, bool) {
+/// What the node changes on the host, as seen from outside.
+#[derive(Debug, PartialEq)]
+struct Host {
+    bridge: bool,
+    iptables_lines: usize,
+    cgroup: bool,
+    /// Which of the fixed paths the kubelet and containerd use exist.
+    fixed_paths: Vec<bool>,
+    /// Links in /var/log/containers into the node's directory, and CNI results of its network.
+    leftovers: usize,
+}
+
+fn host_snapshot() -> Host {
     let bridge = std::process::Command::new("ip")
         .args(["link", "show", BRIDGE])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    let mut kube_lines = 0;
+    let mut iptables_lines = 0;
     for t in ["filter", "nat", "mangle"] {
         let out = std::process::Command::new("iptables-save")
             .args(["-t", t])
             .output()
             .unwrap();
-        kube_lines += String::from_utf8_lossy(&out.stdout)
+        iptables_lines += String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| l.contains("KUBE-") || l.contains("backpressure-envtest-node"))
             .count();
     }
     let cgroup = std::path::Path::new("/sys/fs/cgroup/memory/bp-envtest-node").exists()
         || std::path::Path::new("/sys/fs/cgroup/bp-envtest-node").exists();
-    (bridge, kube_lines, cgroup)
+    let fixed_paths = [
+        "/var/lib/kubelet",
+        "/run/containerd",
+        "/var/log/containers",
+        "/var/log/pods",
+    ]
+    .iter()
+    .map(|p| std::path::Path::new(p).exists())
+    .collect();
+    let links = std::fs::read_dir("/var/log/containers")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|t| t.starts_with("/var/lib/backpressure-envtest/"))
+        })
+        .count();
+    let results = std::fs::read_dir("/var/lib/cni/results")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("bp-node-"))
+        .count();
+    Host {
+        bridge,
+        iptables_lines,
+        cgroup,
+        fixed_paths,
+        leftovers: links + results,
+    }
 }
 
 #[test]
@@ -99,12 +141,15 @@ fn a_pod_runs_on_the_real_node_and_the_host_is_restored() {
         assert_eq!(p.spec.unwrap().node_name.as_deref(), Some(NODE_NAME), "scheduled to the node");
         pods.delete("sandbox", &DeleteParams::default()).await.unwrap();
     });
-    assert!(host_snapshot().0, "the bridge exists while the node runs");
+    assert!(
+        host_snapshot().bridge,
+        "the bridge exists while the node runs"
+    );
     drop(cluster);
     assert_eq!(
         host_snapshot(),
         before,
-        "the host is restored (bridge, iptables, cgroups)"
+        "the host is restored (bridge, iptables, cgroups, fixed paths, links)"
     );
 }
 
@@ -168,7 +213,7 @@ fn a_crashed_test_process_leaves_the_host_restored() {
             "the child did not start a node"
         );
     }
-    assert!(host_snapshot().0, "the child's bridge exists");
+    assert!(host_snapshot().bridge, "the child's bridge exists");
     let shims = || {
         std::process::Command::new("pgrep")
             .args(["-f", "/var/lib/backpressure-envtest/node/"])
@@ -187,7 +232,7 @@ fn a_crashed_test_process_leaves_the_host_restored() {
     assert_eq!(
         host_snapshot(),
         before,
-        "the janitor restored the host (bridge, iptables, cgroups)"
+        "the janitor restored the host (bridge, iptables, cgroups, fixed paths, links)"
     );
     assert_eq!(shims(), 0, "no process of the node is left");
     assert!(
