@@ -664,6 +664,15 @@ fn run(cmd: &str, args: &[&str]) -> Result<(), Error> {
 }
 
 fn setup_network() -> Result<(), Error> {
+    // Under the node lock a bridge of this name is a node's that left no teardown script
+    // (killed before it wrote one): remove it.
+    if run("ip", &["link", "show", BRIDGE]).is_ok() {
+        tracing::warn!(
+            bridge = BRIDGE,
+            "a previous test node's bridge is still there; deleting it"
+        );
+        run("ip", &["link", "del", BRIDGE])?;
+    }
     run("ip", &["link", "add", BRIDGE, "type", "bridge"])?;
     run(
         "ip",
