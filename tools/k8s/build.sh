@@ -78,18 +78,24 @@ need_go() {
   command -v go >/dev/null || { echo "k8s-bins: Go is required (https://go.dev/dl) to build $1" >&2; exit 1; }
 }
 
+# The version the Kubernetes binaries report (as a release build stamps it).
+k8s_ldflags() {
+  local minor vp
+  minor=${k8s_version#*.}; minor=${minor%%.*}
+  vp=k8s.io/component-base/version
+  echo "-s -w -X $vp.gitVersion=v$k8s_version -X $vp.gitMajor=1 -X $vp.gitMinor=$minor \
+-X $vp.gitTreeState=clean -X $vp.buildDate=1970-01-01T00:00:00Z \
+-X $vp.gitCommit=0000000000000000000000000000000000000000"
+}
+
 build_k8s() {
   have "$k8s_out" kube-apiserver kube-controller-manager kubectl etcd helm && return 0
   need_go "the control plane"
-  local tmp="$cache/$k8s_key/tmp.$$" start minor vp ldflags
+  local tmp="$cache/$k8s_key/tmp.$$" start ldflags
   mkdir -p "$tmp"
   start=$(date +%s)
   echo "k8s-bins: building $k8s_key (cold: about 7-15 min on 2 cores)" >&2
-  minor=${k8s_version#*.}; minor=${minor%%.*}
-  vp=k8s.io/component-base/version
-  ldflags="-s -w -X $vp.gitVersion=v$k8s_version -X $vp.gitMajor=1 -X $vp.gitMinor=$minor \
--X $vp.gitTreeState=clean -X $vp.buildDate=1970-01-01T00:00:00Z \
--X $vp.gitCommit=0000000000000000000000000000000000000000"
+  ldflags=$(k8s_ldflags)
   (
     cd "$here"
     go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
@@ -155,15 +161,11 @@ build_node() {
   have "$node_out" kubelet kube-scheduler kube-proxy pause && [ -f "$node_out/pause.oci.tar" ] && return 0
   need_go "the test node"
   command -v podman >/dev/null || { echo "k8s-bins: podman is needed for the pause image (apt-get install podman runc)" >&2; exit 1; }
-  local tmp="$cache/$node_key/tmp.$$" start minor vp ldflags
+  local tmp="$cache/$node_key/tmp.$$" start ldflags
   mkdir -p "$tmp/image"
   start=$(date +%s)
   echo "k8s-bins: building $node_key (about 35 s after the control plane)" >&2
-  minor=${k8s_version#*.}; minor=${minor%%.*}
-  vp=k8s.io/component-base/version
-  ldflags="-s -w -X $vp.gitVersion=v$k8s_version -X $vp.gitMajor=1 -X $vp.gitMinor=$minor \
--X $vp.gitTreeState=clean -X $vp.buildDate=1970-01-01T00:00:00Z \
--X $vp.gitCommit=0000000000000000000000000000000000000000"
+  ldflags=$(k8s_ldflags)
   (
     cd "$here"
     go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
