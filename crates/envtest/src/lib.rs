@@ -298,28 +298,19 @@ impl TestEnv {
     }
 
     fn wait_ready(&self, timeout: Duration) -> Result<(), Error> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("build a runtime".into(), e))?;
-        let ready = rt.block_on(async {
-            let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline {
-                if let Ok(client) = self.client() {
-                    let req = http::Request::get("/readyz").body(Vec::new());
-                    if let Ok(req) = req
-                        && client.request_text(req).await.is_ok()
-                    {
-                        let ns: Api<Namespace> = Api::all(client);
-                        if ns.get_opt("default").await.ok().flatten().is_some() {
-                            return true;
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+        let ready = poll_blocking(timeout, Duration::from_millis(200), || async {
+            let Ok(client) = self.client() else {
+                return false;
+            };
+            let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+                return false;
+            };
+            if client.request_text(req).await.is_err() {
+                return false;
             }
-            false
-        });
+            let ns: Api<Namespace> = Api::all(client);
+            ns.get_opt("default").await.ok().flatten().is_some()
+        })?;
         if ready {
             Ok(())
         } else {
@@ -749,6 +740,33 @@ fn pem_to_der(pem: &str) -> Result<Vec<u8>, Error> {
     base64::engine::general_purpose::STANDARD
         .decode(body)
         .map_err(|e| Error::Config(format!("CA PEM: {e}")))
+}
+
+/// Polls `check` every `interval` on a runtime of its own until it is true (true) or `timeout`
+/// passes (false). Blocks: call it outside an async runtime.
+pub(crate) fn poll_blocking<F, Fut>(
+    timeout: Duration,
+    interval: Duration,
+    mut check: F,
+) -> Result<bool, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("build a runtime".into(), e))?;
+    Ok(rt.block_on(async {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if check().await {
+                return true;
+            }
+            tokio::time::sleep(interval).await;
+        }
+        false
+    }))
 }
 
 /// A short unique suffix (time and a counter; unique within and across test binaries).

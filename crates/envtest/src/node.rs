@@ -277,43 +277,30 @@ impl NodeCluster {
     }
 
     fn wait_ready(&self, timeout: Duration) -> Result<(), Error> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("build a runtime".into(), e))?;
-        let ready = rt.block_on(async {
+        // Ready, with its `not-ready` taint lifted by the node lifecycle controller, and the
+        // `default` ServiceAccount there (pods can be created).
+        let ready = crate::poll_blocking(timeout, Duration::from_millis(250), || async {
             let Ok(client) = self.env.client() else {
                 return false;
             };
             let nodes: Api<Node> = Api::all(client.clone());
             let sas: Api<ServiceAccount> = Api::namespaced(client, "default");
-            let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline {
-                // Ready, and its `not-ready` taint lifted by the node lifecycle controller.
-                let node = nodes.get_opt(NODE_NAME).await.ok().flatten();
-                let node_ready = node.as_ref().is_some_and(|n| {
-                    let ready = n
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| {
-                            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                        });
-                    let tainted = n
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.taints.as_ref())
-                        .is_some_and(|t| !t.is_empty());
-                    ready && !tainted
-                });
-                let sa = sas.get_opt("default").await.ok().flatten().is_some();
-                if node_ready && sa {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            false
-        });
+            let node = nodes.get_opt(NODE_NAME).await.ok().flatten();
+            let node_ready = node.as_ref().is_some_and(|n| {
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let tainted = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| !t.is_empty());
+                ready && !tainted
+            });
+            node_ready && sas.get_opt("default").await.ok().flatten().is_some()
+        })?;
         if ready {
             Ok(())
         } else {
