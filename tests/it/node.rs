@@ -202,6 +202,7 @@ spec:
         - {{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}
         - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
         - {{name: POD_NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
+        - {{name: RUST_LOG, value: "info,kube_client=off"}}
         ports:
         - {{name: bp-admin, containerPort: 9464}}
         readinessProbe:
@@ -430,6 +431,22 @@ fn the_chart_runs_on_a_real_node_and_pushes_config_over_the_pod_network() {
             },
         )
         .await;
+
+        // The worker's own log, read as a user reads it (kubectl logs: the API server asks the
+        // kubelet with its client certificate): the push accepted from the operator's identity.
+        let worker_pod = ready_workers().await.unwrap().remove(0);
+        let logs = run(
+            &cluster,
+            &bin.join("kubectl"),
+            &["--kubeconfig", &kubeconfig, "logs", "-n", NS, &worker_pod],
+        );
+        assert!(
+            logs.lines().any(|l| l.contains("push accepted")
+                && l.contains(&format!(
+                    "system:serviceaccount:{OPERATOR_NS}:{operator_sa}"
+                ))),
+            "kubectl logs {worker_pod} shows no push accepted from the operator:\n{logs}"
+        );
 
         // The operator reads the fleet from Prometheus, which scraped the real pods.
         eventually(
