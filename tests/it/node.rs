@@ -258,7 +258,7 @@ where
     }
 }
 
-/// The pushed generation and hash every ready worker pod reports in its admin `/config`.
+/// `ConfigInSync=True` on the WorkerBackpressure: every ready pod runs the rendered config.
 fn in_sync(wbp: &serde_json::Value) -> bool {
     wbp["status"]["conditions"]
         .as_array()

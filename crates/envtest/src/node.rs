@@ -30,7 +30,7 @@
 //!   any other interface is dropped.
 
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -68,7 +68,6 @@ pub struct NodeCluster {
     env: TestEnv,
     dir: PathBuf,
     containerd_socket: PathBuf,
-    bin: PathBuf,
     processes: Vec<Supervised>,
     teardown: PathBuf,
     _lock: std::fs::File,
@@ -129,12 +128,10 @@ impl NodeCluster {
         if !up {
             return Err(not_ready("containerd", 30, &dir.join("containerd.log")));
         }
-        let cluster_bin = bin.clone();
         let mut cluster = NodeCluster {
             env,
             dir: dir.clone(),
             containerd_socket,
-            bin: cluster_bin,
             processes,
             teardown: teardown.clone(),
             _lock: lock,
@@ -256,24 +253,6 @@ impl NodeCluster {
             )));
         }
         Ok(())
-    }
-
-    /// The images in the node's store (their references).
-    pub fn images(&self) -> Result<Vec<String>, Error> {
-        let out = Command::new(which("ctr")?)
-            .arg(format!("--address={}", self.containerd_socket.display()))
-            .args(["--namespace=k8s.io", "images", "list", "--quiet"])
-            .output()
-            .map_err(|e| Error::io("run ctr images list".into(), e))?;
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect())
-    }
-
-    /// The directory of the node's binaries (kubelet, kube-scheduler, kube-proxy, pause).
-    pub fn bin_dir(&self) -> &Path {
-        &self.bin
     }
 
     fn wait_ready(&self, timeout: Duration) -> Result<(), Error> {
@@ -857,9 +836,4 @@ conntrack:
 "#,
         kubeconfig = kubeconfig.display()
     )
-}
-
-/// The address pods reach the node (and the host's servers bound to it) at.
-pub fn node_ip() -> IpAddr {
-    IpAddr::V4(NODE_IP)
 }
