@@ -188,12 +188,15 @@ image-deps: ## Install podman and runc if missing (what `make image` builds with
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends podman runc >/dev/null; \
 	}
 
+# The Go lab worker's image takes the static binary tools/lab-worker-go/build.sh prints (cached); a
+# failed Go build stops here instead of leaving that image out.
 .PHONY: image
-image: image-deps ## Build the operator and lab-worker images with podman, no daemon, no pull (REGISTRY=, PROFILE=debug)
+image: image-deps ## Build the operator, lab-worker and Go lab-worker images with podman, no daemon, no pull (REGISTRY=, PROFILE=debug)
 	$(if $(IMAGE_BINS_$(PROFILE)),,$(error PROFILE must be release or debug, not $(PROFILE)))
 	$(IMAGE_BINS_$(PROFILE))
-	BIN_DIR=$(TARGET_DIR)/$(PROFILE) VERSION=$(VERSION) TAG=$(IMAGE_TAG) REGISTRY=$(REGISTRY) \
-	  tools/image/build.sh
+	go_bin=$$(tools/lab-worker-go/build.sh | tail -n1); \
+	  BIN_DIR=$(TARGET_DIR)/$(PROFILE) VERSION=$(VERSION) TAG=$(IMAGE_TAG) REGISTRY=$(REGISTRY) \
+	  GO_WORKER_BIN=$$go_bin tools/image/build.sh
 
 .PHONY: image-test
 image-test: image ## Build the images, then run each with podman (--help, labels, user, a real start)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # `make image`: builds the operator and lab-worker images (images/*/Containerfile) from binaries
 # already built on this machine, with podman, without a container daemon and without pulling
-# anything:
+# anything; with GO_WORKER_BIN also the lab's Go worker image (images/lab-worker-go, the static
+# binary tools/lab-worker-go/build.sh prints, and the Lua scripts of crates/lab/lua):
 #
 #   - a base is assembled from scratch (images/base/Containerfile) with what the binaries need
 #     at run time, taken from this host: the glibc and libgcc libraries ldd lists, the dynamic
 #     loader, the CA certificates, /etc/passwd and /etc/group with user nonroot (65532), /tmp;
 #   - each Containerfile's `build` stage (a cargo build in a Rust image, for users) is replaced
 #     by a directory holding the host-built binaries where that stage leaves them
-#     (`--build-context build=<dir>`), and BASE by the local base;
+#     (`--build-context build=<dir>`), and BASE by the local base (the Go worker is static and
+#     adds no library to it);
 #   - `--pull=never` makes any attempt to pull fail the build.
 #
 # The images are tagged <registry>/<name>:<version>, reproducibly (every file and the image's
@@ -16,6 +18,7 @@
 # out/images/<name>_<tag>.oci.tar for `ctr images import` or `podman load`.
 #
 #   BIN_DIR=target/release VERSION=0.1.0 REGISTRY=ghcr.io/backpressure-dev tools/image/build.sh
+#   GO_WORKER_BIN=$(tools/lab-worker-go/build.sh | tail -n1) BIN_DIR=... tools/image/build.sh
 #
 # Measured on the shared 2-core machine with the binaries built: 5 s for the release images
 # (operator 45 MB, lab worker 33 MB; archives 16 and 12 MB), 11 s for the debug ones (133 and 83
@@ -24,7 +27,8 @@
 #
 # Environment: BIN_DIR (the binaries, required), VERSION (required), TAG (default VERSION),
 # REGISTRY (default ghcr.io/backpressure-dev), PODMAN (default podman), OUT (default
-# out/images). Prints the image references on its last lines, one per image.
+# out/images), GO_WORKER_BIN (the Go worker's static binary: unset, no Go worker image). Prints
+# the image references on its last lines, one per image.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -49,14 +53,35 @@ declare -A containerfile=(
   [backpressure-lab-worker]=images/lab-worker/Containerfile
 )
 names=(backpressure-operator backpressure-lab-worker)
+# where each binary is taken from.
+declare -A bin_src=()
+for name in "${names[@]}"; do
+  for b in ${binaries[$name]}; do bin_src[$b]=$BIN_DIR/$b; done
+done
 
 all_bins=()
 for name in "${names[@]}"; do
   for b in ${binaries[$name]}; do
-    [ -x "$BIN_DIR/$b" ] || { echo "image: $BIN_DIR/$b is missing: build the binaries first" >&2; exit 1; }
-    all_bins+=("$BIN_DIR/$b")
+    [ -x "${bin_src[$b]}" ] || { echo "image: ${bin_src[$b]} is missing: build the binaries first" >&2; exit 1; }
+    all_bins+=("${bin_src[$b]}")
   done
 done
+
+# The Go worker: static (CGO_ENABLED=0), so it is not among all_bins (ldd's libraries of the
+# base); its image also holds the Lua scripts, which its Containerfile copies from the context.
+declare -A context_dirs=()
+if [ -n "${GO_WORKER_BIN:-}" ]; then
+  [ -x "$GO_WORKER_BIN" ] ||
+    { echo "image: GO_WORKER_BIN=$GO_WORKER_BIN is missing (tools/lab-worker-go/build.sh prints it)" >&2; exit 1; }
+  interp=$(readelf -l "$GO_WORKER_BIN" 2>/dev/null | grep INTERP || true)
+  [ -z "$interp" ] ||
+    { echo "image: $GO_WORKER_BIN is not static (build it with CGO_ENABLED=0: tools/lab-worker-go/build.sh)" >&2; exit 1; }
+  binaries[backpressure-lab-worker-go]=lab-worker-go
+  containerfile[backpressure-lab-worker-go]=images/lab-worker-go/Containerfile
+  context_dirs[backpressure-lab-worker-go]=crates/lab/lua
+  bin_src[lab-worker-go]=$GO_WORKER_BIN
+  names+=(backpressure-lab-worker-go)
+fi
 
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 [ "$revision" = unknown ] || git diff --quiet HEAD -- 2>/dev/null || revision="$revision-dirty"
@@ -140,13 +165,23 @@ refs=()
 for name in "${names[@]}"; do
   ctx="$OUT/$name/build"
   mkdir -p "$ctx/out/bin"
-  for b in ${binaries[$name]}; do cp "$BIN_DIR/$b" "$ctx/out/bin/"; done
+  from=()
+  for b in ${binaries[$name]}; do
+    cp "${bin_src[$b]}" "$ctx/out/bin/$b"
+    from+=("$(dirname "${bin_src[$b]}")")
+  done
   find "$ctx" -exec touch -h -d "@$epoch" {} +
   ref="$REGISTRY/$name:$TAG"
-  echo "image: $ref (${containerfile[$name]}, binaries from $BIN_DIR)" >&2
-  # The context (the repository) is not read: the only COPY reads the `build` stage's output.
-  # An empty directory keeps podman from scanning the repository for it.
+  echo "image: $ref (${containerfile[$name]}, binaries from $(printf '%s\n' "${from[@]}" | sort -u | paste -sd ' '))" >&2
+  # The context (the repository) is not read but for the directories a COPY names besides the
+  # `build` stage's output (the Go worker's Lua scripts): a directory with just those keeps
+  # podman from scanning the repository.
   mkdir -p "$OUT/$name/context"
+  for d in ${context_dirs[$name]:-}; do
+    mkdir -p "$OUT/$name/context/$(dirname "$d")"
+    cp -r "$d" "$OUT/$name/context/$d"
+  done
+  find "$OUT/$name/context" -exec touch -h -d "@$epoch" {} +
   old_image=$(image_id "$ref")
   "${podman[@]}" build "${common[@]}" -q \
     -f "${containerfile[$name]}" \

@@ -15,6 +15,10 @@
 #               against a Redis started here: /healthz and /metrics answer, a message added to
 #               the queue is fetched and its outcome counted in /metrics, SIGTERM stops it with
 #               status 0
+#   lab-worker-go  (when `make image` built it: GO_WORKER_BIN) the same image checks; `--help`
+#               (the default command); a real start against the same Redis with the Lua scripts
+#               the image holds (--scripts /usr/share/backpressure-lab/lua): /healthz and
+#               /metrics answer, a queued message is fetched and counted, SIGTERM exits 0
 #
 # The chart's and the kustomize tree's default operator image must be the one `make image`
 # builds by default (DEFAULT_REGISTRY and the version): checked here too.
@@ -53,6 +57,7 @@ restricted=(--read-only --cap-drop ALL --security-opt no-new-privileges)
 
 operator=$REGISTRY/backpressure-operator:$TAG
 worker=$REGISTRY/backpressure-lab-worker:$TAG
+worker_go=$REGISTRY/backpressure-lab-worker-go:$TAG
 tmp=$(mktemp -d)
 containers=()
 pids=()
@@ -81,6 +86,18 @@ wait_http() {
   done
   "${podman[@]}" logs "$name" >&2 || true
   fail "$url answered ${got:-nothing}, not $want, within 30 s"
+}
+
+# wait_counted PORT NAME: until /metrics on PORT counts an outcome of workload image-test (20 s).
+wait_counted() {
+  local port=$1 name=$2
+  for _ in $(seq 1 100); do
+    curl -sf --max-time 2 "http://127.0.0.1:$port/metrics" >"$tmp/metrics" || true
+    grep -Eq '^backpressure_outcomes_total\{[^}]*workload="image-test"[^}]*\} [1-9]' "$tmp/metrics" && return 0
+    sleep 0.2
+  done
+  "${podman[@]}" logs "$name" >&2 || true
+  fail "$name: no outcome counted in /metrics 20 s after a message was queued"
 }
 
 # check_config IMAGE TITLE ENTRYPOINT: the image's user, entrypoint and OCI labels.
@@ -258,17 +275,39 @@ containers+=("$name")
   --max-deliveries 3 --config /etc/bp/worker.json >/dev/null
 wait_http "http://127.0.0.1:$admin_port/healthz" 200 "$name"
 redis-cli -p "$redis_port" XADD image-test:stream '*' body image-test >/dev/null
-counted=""
-for _ in $(seq 1 100); do
-  curl -sf --max-time 2 "http://127.0.0.1:$admin_port/metrics" >"$tmp/metrics" || true
-  if grep -Eq '^backpressure_outcomes_total\{[^}]*workload="image-test"[^}]*\} [1-9]' "$tmp/metrics"; then
-    counted=yes
-    break
-  fi
-  sleep 0.2
-done
-[ -n "$counted" ] || { "${podman[@]}" logs "$name" >&2 || true; fail "$name: no outcome counted in /metrics 20 s after a message was queued"; }
+wait_counted "$admin_port" "$name"
 check_running "$name"
 stop "$name"
 ok "$worker: a real start (read-only, no capabilities): /healthz 200, a queued message fetched from Redis and counted in /metrics, uid 65532, SIGTERM exits 0"
+
+# --- Go lab worker (built when GO_WORKER_BIN was set) -----------------------------------------
+if "${podman[@]}" image exists "$worker_go"; then
+  check_config "$worker_go" backpressure-lab-worker-go /usr/local/bin/lab-worker-go
+  run "$worker_go" >"$tmp/out" 2>&1 || fail "$worker_go (its default command, --help) failed: $(cat "$tmp/out")"
+  grep -q '^Usage of lab-worker-go' "$tmp/out" && grep -q -- '-scripts' "$tmp/out" ||
+    fail "$worker_go printed no usage: $(cat "$tmp/out")"
+  ok "$worker_go: --help (the default command)"
+
+  # A real start on the Redis above, with the scripts of the image: it reads fetch, ack and
+  # nack.lua at start (and fails without them), then fetches with fetch.lua.
+  redis-cli -p "$redis_port" XGROUP CREATE image-test-go:stream workers 0 MKSTREAM >/dev/null
+  admin_port=$(free_port)
+  name=bp-image-test-worker-go-$$
+  containers+=("$name")
+  "${podman[@]}" run -d --name "$name" --network host "${run_opts[@]}" "${restricted[@]}" \
+    -v "$tmp/worker.json:/etc/bp/worker.json:ro" \
+    "$worker_go" --listen "127.0.0.1:$admin_port" --redis "redis://127.0.0.1:$redis_port" \
+    --queue image-test-go --consumer image-test-go-0 --dependency "http://127.0.0.1:$dependency_port" \
+    --workload image-test --namespace default --processing 1ms --visibility-timeout 30s \
+    --max-deliveries 3 --config /etc/bp/worker.json --seed 7 \
+    --scripts /usr/share/backpressure-lab/lua >/dev/null
+  wait_http "http://127.0.0.1:$admin_port/healthz" 200 "$name"
+  redis-cli -p "$redis_port" XADD image-test-go:stream '*' body image-test >/dev/null
+  wait_counted "$admin_port" "$name"
+  check_running "$name"
+  stop "$name"
+  ok "$worker_go: a real start (read-only, no capabilities) with the image's Lua scripts: /healthz 200, a queued message fetched from Redis and counted in /metrics, uid 65532, SIGTERM exits 0"
+else
+  echo "image-test: $worker_go is not in podman's storage (built with GO_WORKER_BIN): not tested"
+fi
 echo "image-test: passed"

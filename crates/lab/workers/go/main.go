@@ -88,7 +88,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.visibility, "visibility-timeout", 0, "visibility timeout of the queue")
 	fs.UintVar(&o.maxDeliveries, "max-deliveries", 0, "deliveries before dead-lettering")
 	fs.StringVar(&o.configFile, "config", "", "initial worker configuration (JSON, the wire contract)")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed of the probe jitter")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the probe jitter; each pod's is derived from it and -consumer")
 	fs.StringVar(&o.scripts, "scripts", "", "directory of the queue's Lua scripts (crates/lab/lua)")
 	fs.StringVar(&o.kubeAPIURL, "kube-api-url", "", "API server for the TokenReview of config pushes")
 	fs.StringVar(&o.kubeCAFile, "kube-ca-file", "", "its CA bundle (PEM)")
@@ -113,6 +113,18 @@ func parseOptions(args []string) (options, error) {
 		return o, errors.New("-allowed-identity needs -kube-api-url and -kube-token-file (the TokenReview)")
 	}
 	return o, nil
+}
+
+// podSeed is the probe-jitter seed of the pod named consumer: the -consumer name's bytes folded
+// into -seed as the Rust lab does it
+// (`consumer.bytes().fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))`, uint64
+// wrapping), so the pods of one Deployment, which all get the same -seed, do not probe in step.
+func podSeed(seed uint64, consumer string) uint64 {
+	h := seed
+	for i := 0; i < len(consumer); i++ {
+		h = h*31 + uint64(consumer[i])
+	}
+	return h
 }
 
 func main() {
@@ -143,7 +155,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		return fmt.Errorf("%s: %w", o.configFile, err)
 	}
 	metrics := bp.NewMetrics(o.workload)
-	gate := bp.NewGate(bp.FromConfig(&initial, o.seed), bp.WithMetrics(metrics), bp.WithSeed(o.seed), bp.WithLogger(log))
+	seed := podSeed(o.seed, o.consumer)
+	gate := bp.NewGate(bp.FromConfig(&initial, seed), bp.WithMetrics(metrics), bp.WithSeed(seed), bp.WithLogger(log))
 	state := bp.NewConfigState(gate, initial, metrics)
 	admin := bp.NewAdmin(state, metrics)
 	if len(o.allowed) > 0 {

@@ -42,3 +42,24 @@ func TestParseDeliveriesReadsTheFetchScriptsAnswer(t *testing.T) {
 		t.Error("a non-list reply was accepted")
 	}
 }
+
+// The values are the lab's Rust fold (`consumer.bytes().fold(seed, ...)`) run on the same
+// inputs; the first by hand: (1*31 + 'a') * 31 + 'b' = 128*31 + 98 = 4066. The last one wraps
+// around 2^64.
+func TestPodSeedIsTheLabsFoldOfTheConsumerName(t *testing.T) {
+	for _, c := range []struct {
+		seed     uint64
+		consumer string
+		want     uint64
+	}{
+		{7, "", 7},
+		{1, "ab", 4066},
+		{42, "worker-0", 39197303220171},
+		{42, "worker-1", 39197303220172},
+		{^uint64(0), "export-worker-7f9c4d5b8-x2k9q", 7277191623930247209},
+	} {
+		if got := podSeed(c.seed, c.consumer); got != c.want {
+			t.Errorf("podSeed(%d, %q) = %d, want %d", c.seed, c.consumer, got, c.want)
+		}
+	}
+}
