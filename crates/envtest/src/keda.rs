@@ -325,6 +325,21 @@ impl TestEnv {
         self.start_hpa_controller(flags)
     }
 
+    /// [`TestEnv::start_controller_manager_with_nodes`] with the HPA controller apart, as
+    /// [`TestEnv::start_controller_manager_with_hpa`]. Idempotent.
+    pub fn start_controller_manager_with_nodes_and_hpa(
+        &self,
+        flags: &HpaControllerFlags,
+    ) -> Result<(), Error> {
+        self.start_kcm_with(
+            &self.controller_manager,
+            "kube-controller-manager",
+            &format!("{},-horizontalpodautoscaling", crate::NODE_CONTROLLERS),
+            &[],
+        )?;
+        self.start_hpa_controller(flags)
+    }
+
     /// The HPA controller's log (`-v=4`: one "Proposing desired replicas" line per sync and
     /// HPA, then "Successfully rescaled" or "Decided not to scale").
     pub fn hpa_controller_log(&self) -> PathBuf {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::Api;
 
-use crate::{Error, Supervised, TestEnv, process, run_build_script};
+use crate::{Error, HpaControllerFlags, Supervised, TestEnv, process, run_build_script};
 
 /// The node's name (its `kubernetes.io/hostname`).
 pub const NODE_NAME: &str = "bp-node";
@@ -78,6 +78,13 @@ impl NodeCluster {
     /// is Ready and the `default` ServiceAccount exists (pods can be created). Blocks; call it
     /// outside an async runtime or from `spawn_blocking`.
     pub fn start() -> Result<NodeCluster, Error> {
+        Self::start_with(None)
+    }
+
+    /// [`NodeCluster::start`] with the HPA controller apart, run with `hpa` (the lab's
+    /// comparison: its HPA syncs on the scenario's time scale and logs its decisions), as
+    /// [`TestEnv::start_controller_manager_with_hpa`] does on a control plane without a node.
+    pub fn start_with(hpa: Option<&HpaControllerFlags>) -> Result<NodeCluster, Error> {
         let bin = preflight()?;
         let base = Path::new(BASE);
         std::fs::create_dir_all(base)
@@ -102,7 +109,10 @@ impl NodeCluster {
         setup_cgroups()?;
 
         let env = TestEnv::start_on(Some(NODE_IP))?;
-        env.start_controller_manager_with_nodes()?;
+        match hpa {
+            Some(flags) => env.start_controller_manager_with_nodes_and_hpa(flags)?,
+            None => env.start_controller_manager_with_nodes()?,
+        }
         let mut processes = Vec::new();
 
         // containerd, with the pause image imported for the pod sandboxes.

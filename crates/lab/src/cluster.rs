@@ -1,12 +1,17 @@
 //! The lab's control plane: etcd + kube-apiserver + kube-controller-manager (from the envtest
 //! harness), the CRDs, the operator's RBAC from the Helm chart, and the objects of a run.
+//!
+//! Where a real node can start ([`backpressure_envtest::NodeCluster`]: root, writable cgroups,
+//! containerd, the node's binaries and the images of `make image`), the pods run there as
+//! containers and the operator is installed with `helm install`; otherwise on the kubelet
+//! stand-in ([`crate::kubelet`]), and the lab says which and why ([`NodeChoice`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use backpressure_api::v1alpha1::{WorkerBackpressure, WorkerBackpressureSpec};
-use backpressure_envtest::{HpaControllerFlags, TestEnv};
+use backpressure_envtest::{HpaControllerFlags, NodeCluster, TestEnv};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
@@ -35,8 +40,42 @@ pub enum ClusterError {
 /// The running control plane.
 #[derive(Debug)]
 pub struct Cluster {
-    env: TestEnv,
+    plane: Plane,
     bin: PathBuf,
+}
+
+/// Where the pods run.
+#[derive(Debug)]
+enum Plane {
+    /// A control plane without nodes: the lab's kubelet stand-in runs the pods as processes.
+    StandIn(Box<TestEnv>),
+    /// A control plane with a real node (containerd, kubelet, kube-proxy).
+    Node(Box<NodeCluster>),
+}
+
+/// Whether to run on a real node: `BP_LAB_NODE` (`0`: never; `1`: required; unset: when it
+/// can start), and `BP_REQUIRE_NODE=1` (CI as root) makes it required as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeChoice {
+    /// The stand-in.
+    Never,
+    /// A real node where it can start, else the stand-in.
+    WhenAvailable,
+    /// A real node, or fail.
+    Required,
+}
+
+impl NodeChoice {
+    /// From the environment.
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).unwrap_or_default();
+        match var("BP_LAB_NODE").as_str() {
+            "0" | "false" | "off" => Self::Never,
+            "1" | "true" | "on" => Self::Required,
+            _ if var("BP_REQUIRE_NODE") == "1" => Self::Required,
+            _ => Self::WhenAvailable,
+        }
+    }
 }
 
 /// The repository root (canonical).
@@ -56,6 +95,24 @@ impl Cluster {
         Self::start_with(Some(hpa.clone())).await
     }
 
+    /// [`Cluster::start_with_keda`] on a real node ([`NodeCluster::start_with`]), KEDA's
+    /// processes on the host. The CRDs are left to the chart (`helm install`).
+    pub async fn start_node_with_keda(hpa: &HpaControllerFlags) -> Result<Self, ClusterError> {
+        let hpa = hpa.clone();
+        let node = tokio::task::spawn_blocking(move || -> Result<NodeCluster, ClusterError> {
+            let node = NodeCluster::start_with(Some(&hpa))?;
+            node.env().start_keda()?;
+            Ok(node)
+        })
+        .await
+        .map_err(|e| ClusterError::Tool(format!("node start: {e}")))??;
+        let bin = backpressure_envtest::bin_dir()?;
+        Ok(Self {
+            plane: Plane::Node(Box::new(node)),
+            bin,
+        })
+    }
+
     async fn start_with(hpa: Option<HpaControllerFlags>) -> Result<Self, ClusterError> {
         let env = tokio::task::spawn_blocking(move || -> Result<TestEnv, ClusterError> {
             let env = TestEnv::start()?;
@@ -71,7 +128,10 @@ impl Cluster {
         .await
         .map_err(|e| ClusterError::Tool(format!("control plane start: {e}")))??;
         let bin = backpressure_envtest::bin_dir()?;
-        let c = Self { env, bin };
+        let c = Self {
+            plane: Plane::StandIn(Box::new(env)),
+            bin,
+        };
         c.kubectl(
             &[
                 "apply",
@@ -97,17 +157,28 @@ impl Cluster {
 
     /// The harness.
     pub fn env(&self) -> &TestEnv {
-        &self.env
+        match &self.plane {
+            Plane::StandIn(env) => env,
+            Plane::Node(node) => node.env(),
+        }
+    }
+
+    /// The real node, when the pods run on one.
+    pub fn node(&self) -> Option<&NodeCluster> {
+        match &self.plane {
+            Plane::StandIn(_) => None,
+            Plane::Node(node) => Some(node),
+        }
     }
 
     /// An admin client (create it inside the runtime that uses it).
     pub fn client(&self) -> Result<kube::Client, ClusterError> {
-        Ok(self.env.client()?)
+        Ok(self.env().client()?)
     }
 
     /// The admin kubeconfig (for `kubectl get wbp -A -w`).
     pub fn kubeconfig(&self) -> &Path {
-        self.env.kubeconfig_path()
+        self.env().kubeconfig_path()
     }
 
     /// The directory of the Go-built tools.
@@ -151,14 +222,14 @@ impl Cluster {
         Ok(())
     }
 
-    /// Creates the worker Deployment of a run.
+    /// Creates the worker Deployment of a run (its pods run on the stand-in).
     pub async fn create_workload(
         &self,
         namespace: &str,
         name: &str,
         replicas: i32,
     ) -> Result<(), ClusterError> {
-        self.create_deployment(namespace, name, replicas, POD_LABEL_VALUE)
+        self.create_deployment(namespace, name, replicas, POD_LABEL_VALUE, None)
             .await
     }
 
@@ -169,21 +240,33 @@ impl Cluster {
         name: &str,
         replicas: i32,
     ) -> Result<(), ClusterError> {
-        self.create_deployment(namespace, name, replicas, PRODUCER_LABEL_VALUE)
+        self.create_deployment(namespace, name, replicas, PRODUCER_LABEL_VALUE, None)
             .await
     }
 
-    /// A Deployment whose pods the kubelet stand-in runs as `role` ([`POD_LABEL`]), with the
-    /// admin port named as the operator looks for it.
-    async fn create_deployment(
+    /// A Deployment whose pods are labelled `role` ([`POD_LABEL`]), with the admin port named
+    /// as the operator looks for it. Without `pod_spec` the stand-in runs them (the container
+    /// names no real image); with one (a real node: [`crate::pods`]) that is the pods' spec.
+    pub async fn create_deployment(
         &self,
         namespace: &str,
         name: &str,
         replicas: i32,
         role: &str,
+        pod_spec: Option<serde_json::Value>,
     ) -> Result<(), ClusterError> {
         let api: Api<Deployment> = Api::namespaced(self.client()?, namespace);
         let port = backpressure_api::wire::DEFAULT_ADMIN_PORT;
+        let spec = pod_spec.unwrap_or_else(|| {
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 10,
+                "containers": [{
+                    "name": role,
+                    "image": format!("backpressure-lab/{role}"),
+                    "ports": [{"name": backpressure_api::wire::ADMIN_PORT_NAME, "containerPort": port}]
+                }]
+            })
+        });
         let d: Deployment = serde_json::from_value(serde_json::json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -194,20 +277,88 @@ impl Cluster {
                 "strategy": {"type": "RollingUpdate"},
                 "template": {
                     "metadata": {"labels": {"app": name, POD_LABEL: role}},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 10,
-                        "containers": [{
-                            "name": role,
-                            "image": format!("backpressure-lab/{role}"),
-                            "ports": [{"name": backpressure_api::wire::ADMIN_PORT_NAME, "containerPort": port}]
-                        }]
-                    }
+                    "spec": spec
                 }
             }
         }))
         .map_err(|e| ClusterError::Tool(format!("deployment manifest: {e}")))?;
         api.create(&PostParams::default(), &d).await?;
         Ok(())
+    }
+
+    /// `helm install` of the chart into [`OPERATOR_NAMESPACE`] (its CRDs, RBAC with the
+    /// TokenReview binding for `worker_subjects`, ServiceAccount, Deployment with leader
+    /// election and probes, PDB) with the operator image `tag` (imported into the node,
+    /// `imagePullPolicy: Never`), `prometheus_url` and the operator's `extra_args`; waits until
+    /// the replicas are Ready. Returns the operator's identity
+    /// (`system:serviceaccount:<namespace>:<name>`).
+    pub async fn helm_install_operator(
+        &self,
+        tag: &str,
+        prometheus_url: &str,
+        worker_subjects: &[(&str, &str)],
+        extra_args: &[&str],
+    ) -> Result<String, ClusterError> {
+        let chart = repo_root().join("charts/backpressure-operator");
+        let mut args: Vec<String> = vec![
+            "install".into(),
+            RELEASE.into(),
+            chart.display().to_string(),
+            format!("--kubeconfig={}", self.kubeconfig().display()),
+            "--namespace".into(),
+            OPERATOR_NAMESPACE.into(),
+            "--create-namespace".into(),
+            "--set".into(),
+            format!("image.tag={tag}"),
+            "--set".into(),
+            "image.pullPolicy=Never".into(),
+            "--set".into(),
+            format!("operator.prometheusUrl={prometheus_url}"),
+            "--wait".into(),
+            "--timeout=180s".into(),
+        ];
+        for (i, (ns, sa)) in worker_subjects.iter().enumerate() {
+            args.push("--set".into());
+            args.push(format!(
+                "workerTokenReview.subjects[{i}].name={sa},workerTokenReview.subjects[{i}].namespace={ns}"
+            ));
+        }
+        for (i, a) in extra_args.iter().enumerate() {
+            args.push("--set-string".into());
+            args.push(format!("operator.extraArgs[{i}]={a}"));
+        }
+        let mut cmd = tokio::process::Command::new(self.bin.join("helm"));
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_tool_for(cmd, "helm", &refs, None, Duration::from_secs(240)).await?;
+        // The chart names the ServiceAccount after the release (`<release>` when the release
+        // name holds the chart's).
+        let rendered = self
+            .kubectl(
+                &[
+                    "get",
+                    "serviceaccounts",
+                    "-n",
+                    OPERATOR_NAMESPACE,
+                    "-l",
+                    "app.kubernetes.io/name=backpressure-operator",
+                    "-o",
+                    "jsonpath={.items[0].metadata.name}",
+                ],
+                None,
+            )
+            .await?;
+        let sa = rendered.trim();
+        if sa.is_empty() {
+            return Err(ClusterError::Tool(
+                "helm install: the chart created no ServiceAccount".into(),
+            ));
+        }
+        Ok(format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{sa}"))
     }
 
     /// Creates the WorkerBackpressure of the operator run.
@@ -271,7 +422,7 @@ impl Cluster {
                 None,
             )
             .await?;
-        Ok(self.env.write_token_kubeconfig(file_name, token.trim())?)
+        Ok(self.env().write_token_kubeconfig(file_name, token.trim())?)
     }
 
     /// Mints a token for a ServiceAccount (TokenRequest) and writes it to `path` (what a pod's
@@ -302,17 +453,30 @@ impl Cluster {
         Ok(())
     }
 
-    /// Stops the control plane.
-    pub fn stop(&self) {
-        self.env.stop();
+    /// Stops the control plane (and the node, restoring the host).
+    pub fn stop(&mut self) {
+        match &mut self.plane {
+            Plane::StandIn(env) => env.stop(),
+            Plane::Node(node) => node.stop(),
+        }
     }
 }
 
 async fn run_tool(
+    cmd: tokio::process::Command,
+    tool: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<String, ClusterError> {
+    run_tool_for(cmd, tool, args, stdin, Duration::from_secs(120)).await
+}
+
+async fn run_tool_for(
     mut cmd: tokio::process::Command,
     tool: &str,
     args: &[&str],
     stdin: Option<&str>,
+    timeout: Duration,
 ) -> Result<String, ClusterError> {
     use tokio::io::AsyncWriteExt;
     let mut child = cmd
@@ -324,7 +488,7 @@ async fn run_tool(
             .map_err(|e| ClusterError::Tool(format!("{tool} stdin: {e}")))?;
         drop(pipe);
     }
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
         .await
         .map_err(|_| ClusterError::Tool(format!("{tool} {} timed out", args.join(" "))))?
         .map_err(|e| ClusterError::Tool(format!("{tool}: {e}")))?;

@@ -174,13 +174,14 @@ pub struct Dependency {
 }
 
 impl Dependency {
-    /// Starts the service on a free loopback port; its schedule's time 0 is `start`.
-    /// `namespace` labels its metrics.
+    /// Starts the service on a free port of `ip` (loopback, or a real node's bridge address
+    /// for pods); its schedule's time 0 is `start`. `namespace` labels its metrics.
     pub async fn start(
         spec: DependencySpec,
         seed: u64,
         start: Instant,
         namespace: &str,
+        ip: std::net::Ipv4Addr,
     ) -> std::io::Result<Self> {
         let counters = Arc::new(Counters::default());
         let start = Arc::new(Mutex::new(start));
@@ -213,7 +214,7 @@ impl Dependency {
                 response(verdict.status(), "text/plain", verdict.label())
             }
         };
-        let (addr, task) = serve(SocketAddr::from(([127, 0, 0, 1], 0)), handler).await?;
+        let (addr, task) = serve(SocketAddr::from((ip, 0)), handler).await?;
         Ok(Self {
             addr,
             start,
@@ -223,12 +224,12 @@ impl Dependency {
         })
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://<ip>:<port>`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    /// `127.0.0.1:<port>` (the scrape target).
+    /// `<ip>:<port>` (the scrape target).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -339,7 +340,7 @@ mod tests {
             "latency: 1ms\ncapacity:\n- {at: 0s, value: 100}\n- {at: 1h, value: 0}\n",
         )
         .unwrap();
-        let dep = Dependency::start(spec, 1, Instant::now(), "ns")
+        let dep = Dependency::start(spec, 1, Instant::now(), "ns", std::net::Ipv4Addr::LOCALHOST)
             .await
             .unwrap();
         let client = reqwest::Client::new();

@@ -78,8 +78,10 @@ pub struct Launch {
 }
 
 /// Decides what to run for a pod: (namespace, pod name, role (the [`POD_LABEL`] value),
-/// address) → launch, or None to leave the pod pending.
-pub type Launcher = Arc<dyn Fn(&str, &str, &str, Ipv4Addr) -> Option<Launch> + Send + Sync>;
+/// address) → launch, or None to leave the pod pending. On a real node the lab calls it once
+/// per Deployment with the downward API's placeholders ([`crate::pods::POD_NAME`],
+/// [`crate::pods::POD_IP`]) for the pod's name and address.
+pub type Launcher = Arc<dyn Fn(&str, &str, &str, &str) -> Option<Launch> + Send + Sync>;
 
 struct Running {
     ip: Ipv4Addr,
@@ -344,7 +346,7 @@ async fn start_pod(state: &Arc<State>, ns: &str, name: &str, role: &str, k: &str
         tracing::warn!(pod = %k, "kubelet: no free loopback address");
         return;
     };
-    let Some(launch) = (state.launcher)(ns, name, role, ip) else {
+    let Some(launch) = (state.launcher)(ns, name, role, &ip.to_string()) else {
         if let Ok(mut p) = state.ips.lock() {
             p.release(ip);
         }

@@ -1,7 +1,10 @@
 //! backpressure-lab: the whole system on one machine with real parts.
 //!
-//! etcd + kube-apiserver + kube-controller-manager ([`cluster`]), a kubelet stand-in that turns
-//! the Deployment's pods into real worker processes on 127.0.0.N ([`kubelet`], [`worker`]), a
+//! etcd + kube-apiserver + kube-controller-manager ([`cluster`]) with a real node where one can
+//! start (containerd, kubelet, kube-proxy: the pods are containers of the images `make image`
+//! built, [`pods`], and the operator is installed with `helm install`), else a kubelet stand-in
+//! that turns the Deployment's pods into real worker processes on 127.0.0.N ([`kubelet`],
+//! [`worker`]), a
 //! Redis-streams queue, optionally limited in memory ([`queue`]), a fault-injectable dependency
 //! ([`dependency`]), a producer, in the lab's process or as pods honouring the operator's
 //! producer gate ([`producer`]), Prometheus ([`prom`]), the operator of this repository as a separate process
@@ -16,6 +19,7 @@ pub mod hpa_trace;
 pub mod kubelet;
 pub mod operator;
 pub mod plot;
+pub mod pods;
 pub mod polyglot;
 pub mod producer;
 pub mod prom;

@@ -90,8 +90,10 @@ pub struct GoWorkerArgs<'a> {
     pub max_deliveries: &'a str,
     /// Initial worker configuration file.
     pub config: &'a Path,
-    /// Probe jitter seed.
+    /// The run's seed (the worker mixes in its pod's name).
     pub seed: u64,
+    /// The queue's Lua scripts (`crates/lab/lua` on the host, or where the image keeps them).
+    pub scripts: &'a Path,
     /// Push authentication (none: the worker accepts no push).
     pub auth: Option<&'a TokenReviewAccess>,
 }
@@ -112,7 +114,7 @@ impl GoWorkerArgs<'_> {
             ("--max-deliveries", self.max_deliveries.to_owned()),
             ("--config", self.config.display().to_string()),
             ("--seed", self.seed.to_string()),
-            ("--scripts", scripts_dir().display().to_string()),
+            ("--scripts", self.scripts.display().to_string()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_owned(), v])

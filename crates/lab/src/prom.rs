@@ -143,13 +143,19 @@ pub fn binary() -> Result<std::path::PathBuf, PromError> {
 /// A running Prometheus.
 #[derive(Debug)]
 pub struct LabPrometheus {
+    ip: std::net::Ipv4Addr,
     port: u16,
     process: Supervised,
 }
 
 impl LabPrometheus {
-    /// Writes the config into `dir` and starts Prometheus; waits until it is ready.
-    pub async fn start(dir: &Path, config_text: &str) -> Result<Self, PromError> {
+    /// Writes the config into `dir` and starts Prometheus on `ip` (loopback, or a real node's
+    /// bridge address where the operator's pods reach it); waits until it is ready.
+    pub async fn start(
+        dir: &Path,
+        config_text: &str,
+        ip: std::net::Ipv4Addr,
+    ) -> Result<Self, PromError> {
         let e = |e: std::io::Error| PromError(e.to_string());
         std::fs::create_dir_all(dir.join("data")).map_err(e)?;
         std::fs::write(dir.join("prometheus.yml"), config_text).map_err(e)?;
@@ -158,7 +164,7 @@ impl LabPrometheus {
         let args = vec![
             format!("--config.file={}", dir.join("prometheus.yml").display()),
             format!("--storage.tsdb.path={}", dir.join("data").display()),
-            format!("--web.listen-address=127.0.0.1:{port}"),
+            format!("--web.listen-address={ip}:{port}"),
             "--storage.tsdb.retention.time=2h".into(),
             "--log.level=warn".into(),
         ];
@@ -166,7 +172,7 @@ impl LabPrometheus {
         let _ = std::fs::remove_file(&log);
         let process = Supervised::spawn("prometheus", &binary, &args, &log)
             .map_err(|e| PromError(e.to_string()))?;
-        let mut p = Self { port, process };
+        let mut p = Self { ip, port, process };
         let client = reqwest::Client::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
@@ -191,9 +197,9 @@ impl LabPrometheus {
         }
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://<ip>:<port>`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.ip, self.port)
     }
 
     /// Stops it.

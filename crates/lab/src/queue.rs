@@ -107,7 +107,13 @@ impl RedisServer {
     /// Starts `redis-server` (from /usr/bin or /usr/local/bin) on a free loopback port, with no
     /// persistence, its files in `dir`; Redis 7.0 or later (the scripts are flagged allow-oom).
     pub fn start(dir: &Path) -> Result<Self, QueueError> {
-        backpressure_envtest::RedisServer::start(dir)
+        Self::start_on(dir, None)
+    }
+
+    /// [`RedisServer::start`] listening on `also` as well (a real node's bridge address, where
+    /// its pods reach the host).
+    pub fn start_on(dir: &Path, also: Option<std::net::Ipv4Addr>) -> Result<Self, QueueError> {
+        backpressure_envtest::RedisServer::start_on(dir, also)
             .map(Self)
             .map_err(|e| QueueError::Server(e.to_string()))
     }
@@ -115,6 +121,11 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
         self.0.url()
+    }
+
+    /// `redis://<host>:<port>/`: the URL for clients that reach it at `host`.
+    pub fn url_at(&self, host: std::net::Ipv4Addr) -> String {
+        format!("redis://{host}:{}/", self.0.port())
     }
 
     /// Stops the server.

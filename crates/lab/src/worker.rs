@@ -57,7 +57,8 @@ pub struct WorkerArgs {
     /// Initial worker configuration (JSON, the wire contract).
     #[arg(long)]
     pub config: PathBuf,
-    /// Seed of the probe jitter.
+    /// Seed of the run; the probe jitter's seed is this mixed with the consumer name
+    /// ([`pod_seed`]), so the pods of one Deployment, which share their arguments, differ.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Kubeconfig for the TokenReview that authenticates config pushes (default: in a pod, the
@@ -194,13 +195,22 @@ pub(crate) async fn authenticated(
     Ok(admin.with_verifier(Arc::new(verifier), identities.to_vec()))
 }
 
+/// A pod's probe-jitter seed: the run's `seed` mixed with the pod's name (the Go lab worker
+/// mixes them the same way).
+pub fn pod_seed(seed: u64, consumer: &str) -> u64 {
+    consumer
+        .bytes()
+        .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+}
+
 /// Runs the worker until SIGTERM/SIGINT, then finishes the messages in flight.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let initial = WorkerConfig::parse(&std::fs::read(&args.config)?)?;
     let metrics = Metrics::new(&args.workload);
-    let gate = Gate::builder(controller::from_config(&initial, args.seed))
+    let seed = pod_seed(args.seed, &args.consumer);
+    let gate = Gate::builder(controller::from_config(&initial, seed))
         .metrics(metrics.clone())
-        .seed(args.seed)
+        .seed(seed)
         .build();
     let state = ConfigState::new(gate.clone(), initial, Some(metrics.clone()));
     let admin = authenticated(
@@ -257,5 +267,14 @@ mod tests {
         assert_eq!(classify(Some(503)), Outcome::DependencyFailure);
         assert_eq!(classify(None), Outcome::DependencyFailure);
         assert_eq!(classify(Some(400)), Outcome::MessageFailure);
+    }
+
+    #[test]
+    fn pods_of_one_run_get_seeds_of_their_own() {
+        assert_eq!(pod_seed(7, "ab"), (7 * 31 + 97) * 31 + 98);
+        assert_eq!(pod_seed(7, ""), 7);
+        assert_ne!(pod_seed(7, "work-abc12"), pod_seed(7, "work-abc13"));
+        // Wrapping, never a panic on long names.
+        let _ = pod_seed(u64::MAX, &"x".repeat(300));
     }
 }

@@ -64,7 +64,7 @@ async fn all_pods(api: &Api<Pod>) -> usize {
 async fn pods_become_worker_processes_that_consume_and_accept_only_the_operator() {
     backpressure_lab::install_crypto_provider();
     let dir = tempdir();
-    let cluster = Cluster::start().await.unwrap();
+    let mut cluster = Cluster::start().await.unwrap();
     let client = cluster.client().unwrap();
     let ns = "kubelet-test";
     cluster.namespace(ns).await.unwrap();
@@ -78,7 +78,7 @@ async fn pods_become_worker_processes_that_consume_and_accept_only_the_operator(
     queue.create().await.unwrap();
     let spec: DependencySpec =
         serde_yaml::from_str("latency: 5ms\ncapacity:\n- {at: 0s, value: 1000}\n").unwrap();
-    let dep = Dependency::start(spec, 1, Instant::now(), ns)
+    let dep = Dependency::start(spec, 1, Instant::now(), ns, std::net::Ipv4Addr::LOCALHOST)
         .await
         .unwrap();
 

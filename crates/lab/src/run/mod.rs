@@ -15,9 +15,10 @@ use kube::api::Api;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cluster::{Cluster, OPERATOR_NAMESPACE};
+use crate::cluster::{Cluster, ClusterError, NodeChoice, OPERATOR_NAMESPACE};
 use crate::dependency::Dependency;
 use crate::kubelet::{Kubelet, Launch, Launcher};
+use crate::pods::Images;
 use crate::polyglot::{GoWorkerArgs, TokenReviewAccess};
 use crate::prom::{self, ApiAccess, LabPrometheus};
 use crate::queue::{Queue, RedisServer};
@@ -171,8 +172,20 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         downscale_stabilization: sc.keda.downscale_stabilization.0,
         tolerance: sc.keda.tolerance,
     };
-    let cluster = Cluster::start_with_keda(&hpa).await?;
+    let go_images = opts.with_operator && sc.polyglot.is_some();
+    let (mut cluster, images) =
+        start_cluster(&hpa, NodeChoice::from_env(), go_images, show).await?;
     let client = cluster.client()?;
+    // Where the pods reach the host's servers (Redis, the dependency, Prometheus).
+    let host_ip = match cluster.node() {
+        Some(_) => backpressure_envtest::node::NODE_IP,
+        None => std::net::Ipv4Addr::LOCALHOST,
+    };
+    // The directory the pods share with the lab on a real node.
+    let share = match cluster.node() {
+        Some(node) => Some(crate::pods::create_share(node.dir())?),
+        None => None,
+    };
     say(
         show,
         &format!(
@@ -246,21 +259,30 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let mut runs: Vec<RunCtx> = Vec::new();
     for (label, ns) in &namespaces {
         cluster.namespace(ns).await?;
-        let redis = RedisServer::start(&out.join(format!("redis-{label}")))?;
+        let redis = RedisServer::start_on(
+            &out.join(format!("redis-{label}")),
+            cluster.node().map(|_| host_ip),
+        )?;
         let queue = Queue::connect(&redis.url(), ns, vis, max_deliveries).await?;
         queue.create().await?;
         if let Some(limit) = sc.queue.max_memory {
             queue.limit_memory(limit.0).await?;
         }
-        let producer_stats = match &sc.producer.pods {
-            Some(_) => {
+        let producer_stats = match (&sc.producer.pods, &share) {
+            (Some(_), Some(share)) => {
+                let dir = share.join("producers").join(ns);
+                crate::pods::create_writable(&dir)?;
+                Some(dir)
+            }
+            (Some(_), None) => {
                 let dir = out.join("producers").join(ns);
                 std::fs::create_dir_all(&dir)?;
                 Some(dir)
             }
-            None => None,
+            (None, _) => None,
         };
-        let dependency = Dependency::start(sc.dependency.clone(), sc.seed, setup_start, ns).await?;
+        let dependency =
+            Dependency::start(sc.dependency.clone(), sc.seed, setup_start, ns, host_ip).await?;
         runs.push(RunCtx {
             label,
             namespace: ns,
@@ -322,6 +344,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     let mut prometheus = match LabPrometheus::start(
         &prom_dir,
         &prom::config(&discovery, &ns_names, &static_targets),
+        host_ip,
     )
     .await
     {
@@ -352,6 +375,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             LabPrometheus::start(
                 &prom_dir,
                 &prom::config(&discovery, &ns_names, &static_targets),
+                host_ip,
             )
             .await?
         }
@@ -373,7 +397,47 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     // Operator: chart RBAC, its own ServiceAccount token, the process, the WorkerBackpressure.
     let mut operator_proc = None;
     let mut operator_identity = None;
-    if let Some(bin) = &operator_bin {
+    if let (Some(_), Some(images)) = (&operator_bin, &images) {
+        // A real node: the chart, with the operator image, as a platform team installs it.
+        let subjects: Vec<(&str, &str)> = managed
+            .iter()
+            .map(|ns| (*ns, WORKER_SERVICE_ACCOUNT))
+            .collect();
+        say(
+            show,
+            &format!(
+                "lab: helm install {} (image tag {}) ...",
+                crate::cluster::RELEASE,
+                images.tag
+            ),
+        );
+        let id = cluster
+            .helm_install_operator(
+                &images.tag,
+                &prometheus.url(),
+                &subjects,
+                &["--requeue-interval=2s"],
+            )
+            .await?;
+        let mut spec = sc.worker_backpressure_spec();
+        let metrics = spec.metrics.get_or_insert_with(Default::default);
+        metrics
+            .prometheus
+            .get_or_insert_with(Default::default)
+            .address = Some(prometheus.url());
+        for ns in &managed {
+            cluster
+                .create_worker_backpressure(ns, &workload, &spec)
+                .await?;
+        }
+        say(
+            show,
+            &format!(
+                "lab: operator pods Ready, running as {id} (logs: kubectl logs -n {OPERATOR_NAMESPACE})"
+            ),
+        );
+        operator_identity = Some(id);
+    } else if let Some(bin) = &operator_bin {
         let subjects: Vec<(&str, &str)> = managed
             .iter()
             .map(|ns| (*ns, WORKER_SERVICE_ACCOUNT))
@@ -436,16 +500,22 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             .with_hash(),
             _ => cfg.clone(),
         };
-        let path = out.join(format!("worker-config-{}.json", r.label));
-        std::fs::write(
-            &path,
-            serde_json::to_vec_pretty(&cfg).map_err(|e| LabError::Other(e.to_string()))?,
-        )?;
+        let json = serde_json::to_vec_pretty(&cfg).map_err(|e| LabError::Other(e.to_string()))?;
+        let name = format!("worker-config-{}.json", r.label);
+        let mut path = out.join(&name);
+        std::fs::write(&path, &json)?;
+        if let Some(share) = &share {
+            // What the pods read, at the same path inside them.
+            path = share.join(&name);
+            std::fs::write(&path, &json)?;
+        }
         cfg_paths.insert(r.namespace.to_owned(), path);
     }
     // The workers verify the operator's push token with a TokenReview, as the ServiceAccount
     // their pods run as (the chart binds its TokenReview role to it): never the admin's.
+    // On a real node they use their pod's in-cluster configuration (no kubeconfig).
     let auth = match &operator_identity {
+        Some(id) if cluster.node().is_some() => Some((None, id.clone())),
         Some(id) => {
             cluster
                 .service_account(OPERATOR_RUN_NS, WORKER_SERVICE_ACCOUNT)
@@ -453,13 +523,23 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             let kubeconfig = cluster
                 .service_account_kubeconfig(OPERATOR_RUN_NS, WORKER_SERVICE_ACCOUNT, "worker")
                 .await?;
-            Some((kubeconfig, id.clone()))
+            Some((Some(kubeconfig), id.clone()))
         }
         None => None,
     };
     // The polyglot workers review push tokens as the Go SDK does: API server URL, CA file and
     // their ServiceAccount's token file (what a pod has mounted).
     let polyglot_auth = match (&operator_identity, &polyglot_program) {
+        (Some(id), Some(_)) if cluster.node().is_some() => {
+            // A pod's own: its projected token and the cluster's CA, as the kubelet mounts them.
+            let sa = Path::new(crate::pods::SERVICE_ACCOUNT_DIR);
+            Some(TokenReviewAccess {
+                api_url: cluster.env().server_url().to_owned(),
+                ca_file: sa.join("ca.crt"),
+                token_file: sa.join("token"),
+                allowed_identity: id.clone(),
+            })
+        }
         (Some(id), Some(_)) => {
             cluster
                 .service_account(POLYGLOT_RUN_NS, WORKER_SERVICE_ACCOUNT)
@@ -478,7 +558,11 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         }
         _ => None,
     };
-    let polyglot = polyglot_program.map(|p| (p, polyglot_auth));
+    let scripts = match cluster.node() {
+        Some(_) => PathBuf::from(crate::pods::GO_SCRIPTS_DIR),
+        None => crate::polyglot::scripts_dir(),
+    };
+    let polyglot = polyglot_program.map(|p| (p, polyglot_auth, scripts));
     // The scenario's time zero on the wall clock, for the producer pods (separate processes
     // follow the schedule from it); set below, before any pod exists.
     let start_unix_ms = Arc::new(std::sync::OnceLock::new());
@@ -491,13 +575,38 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         polyglot,
         start_unix_ms.clone(),
     );
-    let kubelet = Kubelet::start(
-        client.clone(),
-        "lab-node",
-        sc.workload.pod_startup_delay.0,
-        launcher,
-    )
-    .await?;
+    // The pods: containers on the real node, or processes of the stand-in.
+    let kubelet = match &share {
+        Some(_) => None,
+        None => Some(
+            Kubelet::start(
+                client.clone(),
+                "lab-node",
+                sc.workload.pod_startup_delay.0,
+                launcher.clone(),
+            )
+            .await?,
+        ),
+    };
+    // On the node: the pod spec of a role's Deployment in a namespace.
+    let node_pods = |ns: &str, role: &str| -> Result<Option<serde_json::Value>, LabError> {
+        let (Some(share), Some(images)) = (&share, &images) else {
+            return Ok(None);
+        };
+        let launch = launcher(ns, crate::pods::POD_NAME, role, crate::pods::POD_IP)
+            .ok_or_else(|| LabError::Other(format!("no {role} to run in {ns}")))?;
+        let image = match ns {
+            POLYGLOT_RUN_NS => images.reference("backpressure-lab-worker-go"),
+            _ => images.reference("backpressure-lab-worker"),
+        };
+        Ok(Some(crate::pods::pod_spec(
+            role,
+            &launch,
+            &image,
+            share,
+            sc.workload.pod_startup_delay.0,
+        )))
+    };
 
     // Time zero: the workloads, the producers, the autoscaler of the comparison.
     let t0 = Instant::now();
@@ -511,19 +620,29 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         r.dependency.set_start(t0);
     }
     for r in &runs {
+        let spec = node_pods(r.namespace, crate::kubelet::POD_LABEL_VALUE)?;
         cluster
-            .create_workload(r.namespace, &workload, sc.workload.initial_replicas)
+            .create_deployment(
+                r.namespace,
+                &workload,
+                sc.workload.initial_replicas,
+                crate::kubelet::POD_LABEL_VALUE,
+                spec,
+            )
             .await?;
     }
     let mut producers = Vec::new();
     for r in &runs {
         match &sc.producer.pods {
             Some(pods) => {
+                let spec = node_pods(r.namespace, crate::kubelet::PRODUCER_LABEL_VALUE)?;
                 cluster
-                    .create_producers(
+                    .create_deployment(
                         r.namespace,
                         &pods.name,
                         i32::try_from(pods.replicas).unwrap_or(1),
+                        crate::kubelet::PRODUCER_LABEL_VALUE,
+                        spec,
                     )
                     .await?;
             }
@@ -606,7 +725,13 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         let _ = tokio::task::spawn_blocking(move || p.stop()).await;
     }
     say(show, "lab: stopping workers ...");
-    kubelet.shutdown().await;
+    match kubelet {
+        Some(kubelet) => kubelet.shutdown().await,
+        None => {
+            let ns: Vec<&str> = runs.iter().map(|r| r.namespace).collect();
+            stop_node_pods(&cluster, &client, &ns, &logs).await;
+        }
+    }
     for t in watch_tasks {
         t.abort();
     }
@@ -630,6 +755,11 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     )?;
     for r in runs.iter_mut() {
         let producers = r.producer_stats.as_deref().map(sampling::producer_stats);
+        if let (Some(from), Some(_)) = (&r.producer_stats, &share) {
+            // The counters the pods wrote on the node, kept with the run.
+            let to = out.join("producers").join(r.namespace);
+            copy_files(from, &to);
+        }
         if let Ok(st) = r.queue.stats().await
             && let Some(last) = r.record.samples.last_mut()
         {
@@ -675,8 +805,8 @@ fn make_launcher(
     runs: &[RunCtx],
     cfg_paths: &BTreeMap<String, PathBuf>,
     logs: &Path,
-    auth: Option<(PathBuf, String)>,
-    polyglot: Option<(PathBuf, Option<TokenReviewAccess>)>,
+    auth: Option<(Option<PathBuf>, String)>,
+    polyglot: Option<(PathBuf, Option<TokenReviewAccess>, PathBuf)>,
     start_unix_ms: Arc<std::sync::OnceLock<u64>>,
 ) -> Launcher {
     let sc = &opts.scenario;
@@ -746,14 +876,7 @@ fn make_launcher(
                     .display()
                     .to_string(),
             ];
-            if let Some((kubeconfig, identity)) = &auth {
-                args.extend([
-                    "--kubeconfig".into(),
-                    kubeconfig.display().to_string(),
-                    "--allowed-identity".into(),
-                    identity.clone(),
-                ]);
-            }
+            push_auth(&mut args, auth.as_ref());
             return Some(Launch {
                 program: exe.clone(),
                 args,
@@ -763,11 +886,8 @@ fn make_launcher(
         }
         let dep = per_ns.get(ns)?;
         let cfg_path = cfg_paths.get(ns)?;
-        let pod_seed = pod
-            .bytes()
-            .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
         if ns == POLYGLOT_RUN_NS {
-            let (program, go_auth) = polyglot.as_ref()?;
+            let (program, go_auth, scripts) = polyglot.as_ref()?;
             let args = GoWorkerArgs {
                 listen: format!("{ip}:{port}"),
                 redis: redis_url,
@@ -780,7 +900,8 @@ fn make_launcher(
                 visibility_timeout: &vis,
                 max_deliveries: &max_deliveries,
                 config: cfg_path,
-                seed: pod_seed,
+                seed,
+                scripts,
                 auth: go_auth.as_ref(),
             };
             return Some(Launch {
@@ -816,17 +937,11 @@ fn make_launcher(
             max_deliveries.clone(),
             "--config".into(),
             cfg_path.display().to_string(),
+            // Each worker mixes in its pod's name (`worker::pod_seed`).
             "--seed".into(),
-            pod_seed.to_string(),
+            seed.to_string(),
         ];
-        if let Some((kubeconfig, identity)) = &auth {
-            args.extend([
-                "--kubeconfig".into(),
-                kubeconfig.display().to_string(),
-                "--allowed-identity".into(),
-                identity.clone(),
-            ]);
-        }
+        push_auth(&mut args, auth.as_ref());
         Some(Launch {
             program: exe.clone(),
             args,
@@ -834,6 +949,154 @@ fn make_launcher(
             ready_port: port,
         })
     })
+}
+
+/// `--kubeconfig` (when not in-cluster) and `--allowed-identity` for a pod that accepts pushes.
+fn push_auth(args: &mut Vec<String>, auth: Option<&(Option<PathBuf>, String)>) {
+    let Some((kubeconfig, identity)) = auth else {
+        return;
+    };
+    if let Some(k) = kubeconfig {
+        args.extend(["--kubeconfig".into(), k.display().to_string()]);
+    }
+    args.extend(["--allowed-identity".into(), identity.clone()]);
+}
+
+/// Starts the control plane, with a real node when `choice` allows and one can start (and
+/// the images are there); says which the pods run on and, for the stand-in, why.
+async fn start_cluster(
+    hpa: &backpressure_envtest::HpaControllerFlags,
+    choice: NodeChoice,
+    go_worker: bool,
+    show: bool,
+) -> Result<(Cluster, Option<Images>), LabError> {
+    let why_not = match choice {
+        NodeChoice::Never => "BP_LAB_NODE=0".to_owned(),
+        NodeChoice::WhenAvailable | NodeChoice::Required => {
+            let attempt = match Images::find(go_worker) {
+                Err(why) => Err(why),
+                Ok(images) => match Cluster::start_node_with_keda(hpa).await {
+                    Ok(cluster) => Ok((cluster, images)),
+                    Err(ClusterError::Env(backpressure_envtest::Error::NodeUnavailable(why))) => {
+                        Err(why)
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            match attempt {
+                Ok((cluster, images)) => {
+                    if let Some(node) = cluster.node() {
+                        for archive in &images.archives {
+                            node.import_image(archive).map_err(ClusterError::from)?;
+                        }
+                        say(
+                            show,
+                            &format!(
+                                "lab: pods run on a real node ({} on {}: containerd, kubelet, kube-proxy), images {}",
+                                backpressure_envtest::node::NODE_NAME,
+                                backpressure_envtest::node::NODE_IP,
+                                images.tag
+                            ),
+                        );
+                    }
+                    return Ok((cluster, Some(images)));
+                }
+                Err(why) if choice == NodeChoice::Required => {
+                    return Err(LabError::Other(format!(
+                        "a real node is required (BP_LAB_NODE=1 or BP_REQUIRE_NODE=1): {why}"
+                    )));
+                }
+                Err(why) => why,
+            }
+        }
+    };
+    // Printed whatever `show` says: which the run used is part of its result.
+    println!("lab: no real node ({why_not}); running on the kubelet stand-in");
+    Ok((Cluster::start_with_keda(hpa).await?, None))
+}
+
+/// Stops the pods of a real node the way the stand-in does at the end of a run, keeping
+/// their logs first (the kubelet drops a deleted pod's): the operator's (scaled to 0 so that
+/// it changes nothing more), then every pod of the runs; then the runs' Deployments are
+/// deleted and the lab waits until their pods have terminated (SIGTERM, the grace period),
+/// so that the producers' last counters are written.
+async fn stop_node_pods(
+    cluster: &Cluster,
+    client: &kube::Client,
+    namespaces: &[&str],
+    logs: &Path,
+) {
+    let operator_pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let mut operator_log = String::new();
+    for p in operator_pods
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let name = p.metadata.name.unwrap_or_default();
+        let text = operator_pods
+            .logs(&name, &Default::default())
+            .await
+            .unwrap_or_else(|e| format!("(no log: {e})\n"));
+        operator_log.push_str(&format!("==> pod {name}\n{text}"));
+    }
+    let _ = std::fs::write(logs.join("operator.log"), operator_log);
+    let _ = cluster
+        .kubectl(
+            &[
+                "scale",
+                "deployments",
+                "--all",
+                "--replicas=0",
+                "-n",
+                OPERATOR_NAMESPACE,
+            ],
+            None,
+        )
+        .await;
+    for ns in namespaces {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        for p in pods
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let name = p.metadata.name.unwrap_or_default();
+            if let Ok(text) = pods.logs(&name, &Default::default()).await {
+                let _ = std::fs::write(logs.join("workers").join(format!("{ns}-{name}.log")), text);
+            }
+        }
+    }
+    for ns in namespaces {
+        if let Err(e) = cluster
+            .kubectl(
+                &[
+                    "delete",
+                    "deployments",
+                    "--all",
+                    "-n",
+                    ns,
+                    "--cascade=foreground",
+                    "--wait=true",
+                    "--timeout=60s",
+                ],
+                None,
+            )
+            .await
+        {
+            tracing::warn!(namespace = %ns, error = %e, "lab: the pods did not stop");
+        }
+    }
+}
+
+/// Copies the files of `from` into `to` (created), best effort.
+fn copy_files(from: &Path, to: &Path) {
+    let _ = std::fs::create_dir_all(to);
+    for entry in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        let _ = std::fs::copy(entry.path(), to.join(entry.file_name()));
+    }
 }
 
 /// The WorkerBackpressure's `ConfigInSync` condition and pushed hash, and the hash every running
