@@ -105,6 +105,8 @@ struct RunCtx {
     /// This run's own broker (one Redis server per run, so that one run's backlog never counts
     /// against the other's memory limit).
     redis: RedisServer,
+    /// The broker's URL as the pods reach it.
+    pod_redis_url: String,
     queue: Queue,
     dependency: Dependency,
     last_requests: u64,
@@ -286,6 +288,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         runs.push(RunCtx {
             label,
             namespace: ns,
+            pod_redis_url: redis.url_at(host_ip),
             redis,
             queue,
             dependency,
@@ -816,7 +819,7 @@ fn make_launcher(
         .collect();
     let redis_urls: BTreeMap<String, String> = runs
         .iter()
-        .map(|r| (r.namespace.to_owned(), r.redis.url()))
+        .map(|r| (r.namespace.to_owned(), r.pod_redis_url.clone()))
         .collect();
     let stats_dirs: BTreeMap<String, PathBuf> = runs
         .iter()
