@@ -10,7 +10,8 @@
 #              test build's binaries with a run of each (make image-test PROFILE=debug), the
 #              SDKs' tests (against the real API server) and the lab's Go worker's tests
 #   2. test    every workspace test but real KEDA's   ║ KEDA's build, niced
-#   3. KEDA    the real-KEDA integration test, then the lab's end-to-end scenarios
+#   3. KEDA    the real-KEDA integration test, then the lab's end-to-end scenarios (make e2e: as
+#              root on the real node, the chart installed with helm and the images of phase 1)
 #
 # Measured, not assumed: running the CPU-bound builds side by side (Go beside cargo) was slower
 # on 2 cores than one after the other (the control plane's Go build took 979 s beside clippy
