@@ -3,7 +3,8 @@
 //! with the operator image `make image` built, workers as a Deployment of the lab-worker image,
 //! the operator's config push travelling over the pod network, authenticated by a projected
 //! ServiceAccount token that the worker reviews in-cluster, and the fleet read from a Prometheus
-//! that discovers the real pods through the API server and scrapes their pod IPs.
+//! that discovers the real pods through the API server and scrapes their pod IPs; `kubectl logs`
+//! and `kubectl exec` served by the kubelet.
 //!
 //! Needs root and the images (`make image`, or `make PROFILE=debug image-test`, which
 //! `make test` runs first). Where either is missing the test says why and passes, unless
@@ -446,6 +447,29 @@ fn the_chart_runs_on_a_real_node_and_pushes_config_over_the_pod_network() {
                     "system:serviceaccount:{OPERATOR_NS}:{operator_sa}"
                 ))),
             "kubectl logs {worker_pod} shows no push accepted from the operator:\n{logs}"
+        );
+        // kubectl exec: the API server upgrades to the kubelet's exec stream, and the kubelet
+        // runs the command in the container through containerd (the image has no shell: the
+        // worker's own binary answers).
+        let version = run(
+            &cluster,
+            &bin.join("kubectl"),
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "exec",
+                "-n",
+                NS,
+                &worker_pod,
+                "--",
+                "/usr/local/bin/backpressure-lab",
+                "--version",
+            ],
+        );
+        assert_eq!(
+            version.trim(),
+            format!("backpressure-lab {}", env!("CARGO_PKG_VERSION")),
+            "kubectl exec {worker_pod} -- backpressure-lab --version"
         );
 
         // The operator reads the fleet from Prometheus, which scraped the real pods.
