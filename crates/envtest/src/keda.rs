@@ -316,13 +316,7 @@ impl TestEnv {
         &self,
         flags: &HpaControllerFlags,
     ) -> Result<(), Error> {
-        self.start_kcm_with(
-            &self.controller_manager,
-            "kube-controller-manager",
-            &format!("{},-horizontalpodautoscaling", crate::WORKLOAD_CONTROLLERS),
-            &[],
-        )?;
-        self.start_hpa_controller(flags)
+        self.start_kcm_and_hpa(crate::WORKLOAD_CONTROLLERS, flags)
     }
 
     /// [`TestEnv::start_controller_manager_with_nodes`] with the HPA controller apart, as
@@ -331,10 +325,20 @@ impl TestEnv {
         &self,
         flags: &HpaControllerFlags,
     ) -> Result<(), Error> {
+        self.start_kcm_and_hpa(crate::NODE_CONTROLLERS, flags)
+    }
+
+    /// kube-controller-manager with `controllers` but the HPA controller, which runs apart with
+    /// `flags`.
+    fn start_kcm_and_hpa(
+        &self,
+        controllers: &str,
+        flags: &HpaControllerFlags,
+    ) -> Result<(), Error> {
         self.start_kcm_with(
             &self.controller_manager,
             "kube-controller-manager",
-            &format!("{},-horizontalpodautoscaling", crate::NODE_CONTROLLERS),
+            &format!("{controllers},-horizontalpodautoscaling"),
             &[],
         )?;
         self.start_hpa_controller(flags)

@@ -214,6 +214,18 @@ impl Cluster {
         run_tool(cmd, "kubectl", args, stdin).await
     }
 
+    /// Runs helm (the built one) with `args`, for at most `timeout`; returns stdout.
+    async fn helm(&self, args: &[String], timeout: Duration) -> Result<String, ClusterError> {
+        let mut cmd = tokio::process::Command::new(self.bin.join("helm"));
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_tool_for(cmd, "helm", &refs, None, timeout).await
+    }
+
     /// Creates a namespace (idempotent).
     pub async fn namespace(&self, name: &str) -> Result<(), ClusterError> {
         let api: Api<Namespace> = Api::all(self.client()?);
@@ -335,14 +347,7 @@ impl Cluster {
             args.push("--set-string".into());
             args.push(format!("operator.extraArgs[{i}]={a}"));
         }
-        let mut cmd = tokio::process::Command::new(self.bin.join("helm"));
-        cmd.args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_tool_for(cmd, "helm", &refs, None, Duration::from_secs(240)).await?;
+        self.helm(&args, Duration::from_secs(240)).await?;
         // The chart names the ServiceAccount after the release (`<release>` when the release
         // name holds the chart's).
         let rendered = self
@@ -404,14 +409,7 @@ impl Cluster {
                 "workerTokenReview.subjects[{i}].name={sa},workerTokenReview.subjects[{i}].namespace={ns}"
             ));
         }
-        let mut cmd = tokio::process::Command::new(self.bin.join("helm"));
-        cmd.args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let rendered = run_tool(cmd, "helm", &refs, None).await?;
+        let rendered = self.helm(&args, Duration::from_secs(120)).await?;
         let (docs, sa) = rbac_documents(&rendered)?;
         self.kubectl(&["apply", "-f", "-"], Some(&docs)).await?;
         Ok(sa)

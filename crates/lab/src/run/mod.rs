@@ -422,17 +422,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
                 &["--requeue-interval=2s"],
             )
             .await?;
-        let mut spec = sc.worker_backpressure_spec();
-        let metrics = spec.metrics.get_or_insert_with(Default::default);
-        metrics
-            .prometheus
-            .get_or_insert_with(Default::default)
-            .address = Some(prometheus.url());
-        for ns in &managed {
-            cluster
-                .create_worker_backpressure(ns, &workload, &spec)
-                .await?;
-        }
+        create_worker_backpressures(&cluster, &sc, &managed, &workload, &prometheus.url()).await?;
         say(
             show,
             &format!(
@@ -452,17 +442,7 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
         operator_identity = Some(format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{sa}"));
         let port = backpressure_envtest::process::free_port()
             .map_err(|e| LabError::Other(e.to_string()))?;
-        let mut spec = sc.worker_backpressure_spec();
-        let metrics = spec.metrics.get_or_insert_with(Default::default);
-        metrics
-            .prometheus
-            .get_or_insert_with(Default::default)
-            .address = Some(prometheus.url());
-        for ns in &managed {
-            cluster
-                .create_worker_backpressure(ns, &workload, &spec)
-                .await?;
-        }
+        create_worker_backpressures(&cluster, &sc, &managed, &workload, &prometheus.url()).await?;
         operator_proc = Some(
             crate::operator::start(
                 bin,
@@ -952,6 +932,29 @@ fn make_launcher(
             ready_port: port,
         })
     })
+}
+
+/// The operator run's WorkerBackpressure in each managed namespace: the scenario's, reading the
+/// lab's Prometheus.
+async fn create_worker_backpressures(
+    cluster: &Cluster,
+    sc: &Scenario,
+    namespaces: &[&str],
+    workload: &str,
+    prometheus_url: &str,
+) -> Result<(), LabError> {
+    let mut spec = sc.worker_backpressure_spec();
+    let metrics = spec.metrics.get_or_insert_with(Default::default);
+    metrics
+        .prometheus
+        .get_or_insert_with(Default::default)
+        .address = Some(prometheus_url.to_owned());
+    for ns in namespaces {
+        cluster
+            .create_worker_backpressure(ns, workload, &spec)
+            .await?;
+    }
+    Ok(())
 }
 
 /// `--kubeconfig` (when not in-cluster) and `--allowed-identity` for a pod that accepts pushes.
