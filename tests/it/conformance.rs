@@ -113,8 +113,11 @@ enum Implementation {
 }
 
 /// The Rust example worker's binary, built now: `cargo test -p backpressure-operator` does not
-/// rebuild another package's example, and a stale one would test old code (a no-op when it is
-/// up to date).
+/// rebuild another package's example, and a stale one would test old code. Built by the
+/// workspace's test build, as `make test` builds it first (a no-op there): any other selection
+/// (`cargo build -p backpressure-worker --example ...`) unifies features differently, rebuilds
+/// the worker and its dependencies (about 90 s in cold CI) and leaves the next workspace build
+/// to rebuild them back.
 fn rust_example_worker() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     // target/<profile>/deps/it-<hash> → target/<profile>/examples/example-worker
@@ -124,8 +127,7 @@ fn rust_example_worker() -> PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(repo_root())
-            .args(["build", "--locked", "-p", "backpressure-worker"])
-            .args(["--example", "example-worker"])
+            .args(["test", "--workspace", "--locked", "--no-run", "--quiet"])
             .status()
             .unwrap();
         assert!(status.success(), "building the example worker failed");

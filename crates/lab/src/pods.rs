@@ -7,8 +7,16 @@
 //! counters) live in one directory of the node ([`share_dir`]), mounted into every lab pod at
 //! the same path, so that the paths in the arguments mean the same thing inside and outside.
 
+use std::collections::BTreeSet;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use futures::{AsyncBufReadExt as _, StreamExt as _};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams};
+use kube::runtime::watcher;
+use tokio::task::JoinHandle;
 
 use crate::kubelet::Launch;
 
@@ -170,6 +178,88 @@ pub fn pod_spec(
     })
 }
 
+/// The container instance of a lab pod whose log can be read: its restart count once its
+/// (single) container has started, running or already ended.
+fn started_instance(pod: &Pod) -> Option<i32> {
+    let status = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    let state = status.state.as_ref()?;
+    (state.running.is_some() || state.terminated.is_some()).then_some(status.restart_count)
+}
+
+/// Follows the log of every pod of `namespace` into `dir/<namespace>-<pod>.log` from the moment
+/// its container starts until it ends, until the returned task is aborted. The kubelet drops a
+/// deleted pod's log, so on a real node this is how the log of a pod the ReplicaSet scaled in
+/// (and every pod's last lines after SIGTERM) is kept, as the stand-in keeps its processes'.
+/// A restarted container is followed again, its lines appended after a header.
+pub fn follow_logs(client: kube::Client, namespace: &str, dir: &Path) -> JoinHandle<()> {
+    let pods: Api<Pod> = Api::namespaced(client, namespace);
+    let (namespace, dir) = (namespace.to_owned(), dir.to_path_buf());
+    tokio::spawn(async move {
+        let mut followed: BTreeSet<(String, i32)> = BTreeSet::new();
+        let mut stream = watcher(pods.clone(), watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let pod = match event {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::debug!(namespace = %namespace, error = %e, "lab: pod watch");
+                    continue;
+                }
+            };
+            let (Some(name), Some(instance)) = (pod.metadata.name.clone(), started_instance(&pod))
+            else {
+                continue;
+            };
+            if !followed.insert((name.clone(), instance)) {
+                continue;
+            }
+            let path = dir.join(format!("{namespace}-{name}.log"));
+            tokio::spawn(follow_one(pods.clone(), name, instance, path));
+        }
+    })
+}
+
+/// Appends the log of one container instance to `path` until the container ends.
+async fn follow_one(pods: Api<Pod>, name: String, instance: i32, path: PathBuf) {
+    let open = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path);
+    let mut file = match open {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "lab: cannot write a pod's log");
+            return;
+        }
+    };
+    if instance > 0 {
+        let _ = writeln!(file, "==> container restart {instance}");
+    }
+    let params = LogParams {
+        follow: true,
+        ..LogParams::default()
+    };
+    let mut lines = match pods.log_stream(&name, &params).await {
+        Ok(reader) => Box::pin(reader).lines(),
+        Err(e) => {
+            let _ = writeln!(file, "(no log: {e})");
+            return;
+        }
+    };
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(line) => {
+                let _ = writeln!(file, "{line}");
+            }
+            // How the kubelet ends the stream of a container that stopped, as well.
+            Err(e) => {
+                tracing::debug!(pod = %name, error = %e, "lab: pod log stream ended");
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -218,5 +308,32 @@ mod tests {
         assert_eq!(env, ["POD_NAME", "POD_IP", "POD_NAMESPACE"]);
         // It is a valid pod spec.
         let _: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(spec).unwrap();
+    }
+
+    #[test]
+    fn a_pod_log_is_followed_once_per_started_container_instance() {
+        let pod = |status: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "w-1"},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let container = |restarts: i32, state: serde_json::Value| {
+            serde_json::json!({"containerStatuses": [{
+                "name": "worker", "image": "i", "imageID": "", "ready": false,
+                "restartCount": restarts, "state": state,
+            }]})
+        };
+        assert_eq!(started_instance(&pod(serde_json::json!({}))), None);
+        let waiting = container(
+            0,
+            serde_json::json!({"waiting": {"reason": "ContainerCreating"}}),
+        );
+        assert_eq!(started_instance(&pod(waiting)), None);
+        let running = container(0, serde_json::json!({"running": {}}));
+        assert_eq!(started_instance(&pod(running)), Some(0));
+        let ended = container(2, serde_json::json!({"terminated": {"exitCode": 0}}));
+        assert_eq!(started_instance(&pod(ended)), Some(2));
     }
 }

@@ -19,6 +19,9 @@
 //! `BP_OPERATOR_BIN`); without it every operator check fails with "did not run".
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
+
+use backpressure_lab::record::Recording;
 use backpressure_lab::run::{self, Options};
 use backpressure_lab::scenario::Scenario;
 
@@ -67,11 +70,33 @@ async fn scenario(name: &str) {
         }
     }
     assert!(!report.checks.is_empty(), "no checks ran");
+    every_worker_pod_left_its_log(&sc, &report.recording, &out);
     assert!(
         failed.is_empty(),
         "{name}: failed checks {failed:?} (data and plot in {})",
         out.display()
     );
+}
+
+/// Each run has a log of at least as many worker pods as were ever Ready at once, also when
+/// pods were scaled in before the end (on a real node the kubelet drops a deleted pod's log:
+/// the lab follows every pod's from its start, as the stand-in keeps its processes' files).
+fn every_worker_pod_left_its_log(sc: &Scenario, recording: &Recording, out: &Path) {
+    let names: Vec<String> = std::fs::read_dir(out.join("logs/workers"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for run in &recording.runs {
+        let peak = run.samples.iter().map(|s| s.ready).max().unwrap_or(0);
+        let prefix = format!("{}-{}-", run.namespace, sc.workload.name);
+        let logs = names.iter().filter(|n| n.starts_with(&prefix)).count();
+        assert!(
+            logs >= usize::try_from(peak).unwrap(),
+            "{}: {logs} worker logs for a peak of {peak} Ready pods ({names:?})",
+            run.label
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

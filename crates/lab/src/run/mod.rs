@@ -602,6 +602,14 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
     for r in &runs {
         r.dependency.set_start(t0);
     }
+    // On the node, every pod's log from its start (the stand-in writes its processes' own).
+    let log_followers: Vec<_> = match &share {
+        Some(_) => runs
+            .iter()
+            .map(|r| crate::pods::follow_logs(client.clone(), r.namespace, &logs.join("workers")))
+            .collect(),
+        None => Vec::new(),
+    };
     for r in &runs {
         let spec = node_pods(r.namespace, crate::kubelet::POD_LABEL_VALUE)?;
         cluster
@@ -714,6 +722,9 @@ pub async fn run(opts: Options, mut cancel: watch::Receiver<bool>) -> Result<Rep
             let ns: Vec<&str> = runs.iter().map(|r| r.namespace).collect();
             stop_node_pods(&cluster, &client, &ns, &logs).await;
         }
+    }
+    for t in log_followers {
+        t.abort();
     }
     for t in watch_tasks {
         t.abort();
@@ -1021,11 +1032,11 @@ async fn start_cluster(
     Ok((Cluster::start_with_keda(hpa).await?, None))
 }
 
-/// Stops the pods of a real node the way the stand-in does at the end of a run, keeping
-/// their logs first (the kubelet drops a deleted pod's): the operator's (scaled to 0 so that
-/// it changes nothing more), then every pod of the runs; then the runs' Deployments are
-/// deleted and the lab waits until their pods have terminated (SIGTERM, the grace period),
-/// so that the producers' last counters are written.
+/// Stops the pods of a real node the way the stand-in does at the end of a run: the
+/// operator's, keeping their logs first (the kubelet drops a deleted pod's), scaled to 0 so
+/// that it changes nothing more; then the runs' Deployments are deleted and the lab waits until
+/// their pods have terminated (SIGTERM, the grace period), so that the producers' last
+/// counters are written and [`crate::pods::follow_logs`] has the workers' last lines.
 async fn stop_node_pods(
     cluster: &Cluster,
     client: &kube::Client,
@@ -1061,20 +1072,6 @@ async fn stop_node_pods(
             None,
         )
         .await;
-    for ns in namespaces {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        for p in pods
-            .list(&Default::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-        {
-            let name = p.metadata.name.unwrap_or_default();
-            if let Ok(text) = pods.logs(&name, &Default::default()).await {
-                let _ = std::fs::write(logs.join("workers").join(format!("{ns}-{name}.log")), text);
-            }
-        }
-    }
     for ns in namespaces {
         if let Err(e) = cluster
             .kubectl(
