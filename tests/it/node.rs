@@ -260,12 +260,17 @@ where
 }
 
 /// `ConfigInSync=True` on the WorkerBackpressure: every ready pod runs the rendered config.
-fn in_sync(wbp: &serde_json::Value) -> bool {
+/// `ConfigInSync=True` with at least `pods` ready pods counted: with none observed yet the
+/// condition is (vacuously) True too, "0 of 0 ready pods".
+fn in_sync(wbp: &serde_json::Value, pods: i64) -> bool {
     wbp["status"]["conditions"]
         .as_array()
         .into_iter()
         .flatten()
         .any(|c| c["type"] == "ConfigInSync" && c["status"] == "True")
+        && wbp["status"]["config"]["podsInSync"]
+            .as_i64()
+            .is_some_and(|n| n >= pods)
 }
 
 #[test]
@@ -424,7 +429,7 @@ fn the_chart_runs_on_a_real_node_and_pushes_config_over_the_pod_network() {
             120,
             || async {
                 let v = status().await?;
-                if in_sync(&v) {
+                if in_sync(&v, 2) {
                     Ok(true)
                 } else {
                     Err(format!("{}", v["status"]))
@@ -435,19 +440,30 @@ fn the_chart_runs_on_a_real_node_and_pushes_config_over_the_pod_network() {
 
         // The worker's own log, read as a user reads it (kubectl logs: the API server asks the
         // kubelet with its client certificate): the push accepted from the operator's identity.
+        let push_logged = |pod: String| {
+            let logs = run(
+                &cluster,
+                &bin.join("kubectl"),
+                &["--kubeconfig", &kubeconfig, "logs", "-n", NS, &pod],
+            );
+            let from = format!("system:serviceaccount:{OPERATOR_NS}:{operator_sa}");
+            if logs
+                .lines()
+                .any(|l| l.contains("push accepted") && l.contains(&from))
+            {
+                Ok(true)
+            } else {
+                Err(format!("kubectl logs {pod}:\n{logs}"))
+            }
+        };
         let worker_pod = ready_workers().await.unwrap().remove(0);
-        let logs = run(
+        eventually(
             &cluster,
-            &bin.join("kubectl"),
-            &["--kubeconfig", &kubeconfig, "logs", "-n", NS, &worker_pod],
-        );
-        assert!(
-            logs.lines().any(|l| l.contains("push accepted")
-                && l.contains(&format!(
-                    "system:serviceaccount:{OPERATOR_NS}:{operator_sa}"
-                ))),
-            "kubectl logs {worker_pod} shows no push accepted from the operator:\n{logs}"
-        );
+            "kubectl logs shows the push accepted from the operator",
+            30,
+            || async { push_logged(worker_pod.clone()) },
+        )
+        .await;
         // kubectl exec: the API server upgrades to the kubelet's exec stream, and the kubelet
         // runs the command in the container through containerd (the image has no shell: the
         // worker's own binary answers).
@@ -553,7 +569,20 @@ fn the_chart_runs_on_a_real_node_and_pushes_config_over_the_pod_network() {
             &cluster,
             "ConfigInSync=True after the replacement",
             120,
-            || async { Ok(in_sync(&status().await?)) },
+            || async { Ok(in_sync(&status().await?, 2)) },
+        )
+        .await;
+        let replacement = ready_workers()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|p| !before.contains(p))
+            .unwrap();
+        eventually(
+            &cluster,
+            "the replacement's log shows the push accepted",
+            60,
+            || async { push_logged(replacement.clone()) },
         )
         .await;
 
