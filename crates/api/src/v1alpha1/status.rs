@@ -295,7 +295,7 @@ pub struct RampStatus {
 }
 
 /// State carried between reconciles for hysteresis and stabilization.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct TrackingStatus {
@@ -314,6 +314,14 @@ pub struct TrackingStatus {
     /// Recommendation change points inside the scale-down stabilization window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommendations: Option<Vec<RecommendationPoint>>,
+    /// When the ready pods last rose, while the completion rate's window (`metrics.rateWindow`)
+    /// still reaches back before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_rose_at: Option<Time>,
+    /// The pods the completion rate stood for just before that rise (fractional when an
+    /// earlier rise was still inside the window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_before_rise: Option<f64>,
 }
 
 /// A recommendation that held from `since` until the next point.

@@ -9,7 +9,11 @@ use backpressure_api::v1alpha1::{
 };
 use k8s_openapi::jiff::Timestamp;
 
-use super::time::plus;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::time::{elapsed, plus};
 use super::{DecisionEvent, Deferral, Observation, conditions, sizing};
 use crate::resolve::Effective;
 
@@ -91,6 +95,56 @@ impl<'a> Decider<'a> {
         }
     }
 
+    /// The pods the fleet completion rate stands for: the ready pods, counted for the share of
+    /// the completion rate's window (`metrics.rateWindow`) they were ready.
+    ///
+    /// `μ` is a rate over the last window `w`, so right after the ready pods rose from `r₀` to
+    /// `r` it still mostly counts the `r₀` pods: `p = μ / r` understates what a pod completes,
+    /// `need / p` overstates the pods needed, and a fleet whose pods have just started (a cold
+    /// start with a small backlog, the steps of a scale-out) was scaled out again on its own
+    /// start-up. Until `w` has passed since the rise the pods counted are
+    /// `r₀ + (r − r₀) · elapsed / w` (never above `r`); a rise inside the window of an earlier
+    /// one starts from the count of that moment. The HPA is as careful with pods that have just
+    /// started (its CPU initialization period). Falls, and no rise, count the ready pods as they
+    /// are: more pods produced `μ` than are ready now, and a higher `p` never adds pods.
+    ///
+    /// The rise is found against `status.fleet.readyPods`; its time and `r₀` are kept in
+    /// `status.tracking` until the window has passed.
+    pub(super) fn measured_pods(&mut self, window: Duration) -> f64 {
+        let ready = self.obs.ready_pods.max(0);
+        let r = f64::from(ready);
+        let prev_ready = self
+            .prev
+            .and_then(|p| p.fleet.as_ref())
+            .and_then(|f| f.ready_pods)
+            .map(|p| p.max(0));
+        // The pods counted now with `to` ready since the last rise, if its window is still open.
+        let (now, since, before) = (
+            self.now,
+            self.tracking.ready_rose_at.clone(),
+            self.tracking.pods_before_rise,
+        );
+        let counted = |to: f64| match (&since, before) {
+            (Some(since), Some(before)) if elapsed(since.0, now) < window => {
+                let share = elapsed(since.0, now).as_secs_f64() / window.as_secs_f64();
+                Some((before + (to - before) * share).clamp(0.0, to))
+            }
+            _ => None,
+        };
+        if let Some(p) = prev_ready.filter(|p| ready > *p) {
+            // A rise: the new pods count from now, on top of what was counted a moment ago.
+            let before = counted(f64::from(p)).unwrap_or(f64::from(p));
+            self.tracking.ready_rose_at = Some(Time(now));
+            self.tracking.pods_before_rise = Some(round_to_hundredths(before));
+            return before;
+        }
+        counted(r).unwrap_or_else(|| {
+            self.tracking.ready_rose_at = None;
+            self.tracking.pods_before_rise = None;
+            r
+        })
+    }
+
     /// The ramp of the previous status (in progress, or the last aborted one).
     pub(super) fn prev_ramp(&self) -> Option<RampStatus> {
         self.prev.and_then(|p| p.ramp.clone())
@@ -166,4 +220,9 @@ impl<'a> Decider<'a> {
             deferral: None,
         }
     }
+}
+
+/// `x` rounded to two decimals (what `status.tracking` keeps of a pod count).
+fn round_to_hundredths(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }

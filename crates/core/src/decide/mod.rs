@@ -334,10 +334,12 @@ pub fn decide(
         state.suspended()
     } else {
         let cap = consumer_cap(effective, &fleet);
+        let measured = state.measured_pods(effective.metrics.rate_window);
         let sizing = sizing::size(
             &effective.scaling,
             state.current,
             observation.ready_pods,
+            measured,
             &fleet,
             cap.as_ref(),
         );

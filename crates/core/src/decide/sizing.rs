@@ -22,12 +22,18 @@
 //! 1. `A / T > 1 + tol` (backlogged): `max(c, n_rate)` when `n_rate` is known (sized by
 //!    throughput, so no HPA runaway on a lagging age signal; never a scale-in while the queue is
 //!    too old), else `n_age`.
-//! 2. `n_rate > max(c, 1)·(1 + tol)` while messages wait beyond noise (`A > tol · T`, or with
-//!    the age unknown `D > λ · tol · T`): `n_rate`. Arrivals or backlog exceed what the fleet
+//! 2. `n_early > max(c, 1)·(1 + tol)` while messages wait beyond noise (`A > tol · T`, or with
+//!    the age unknown `D > λ · tol · T`): `n_early`. Arrivals or backlog exceed what the fleet
 //!    completes before the age reaches the target: scale out early. Without the wait, `λ ≈ μ`
 //!    up to the noise of two rate windows, and the ratio alone would add pods on noise.
+//!    `n_early = need · r_w / μ` is `n_rate` with the ready pods counted for the share of the
+//!    rate window they were ready (`r_w ≤ r`; `Decider::measured_pods`): `μ` right after pods
+//!    became ready still counts the pods before them, and `need / (μ / r)` took a fleet's own
+//!    start (a cold start with a small backlog, the pods of a scale-out step arriving) for
+//!    producers outpacing it. Rule 3's keep-up floor counts pods the same way; rule 1 keeps
+//!    `n_rate`: there the age is evidence of its own.
 //! 3. `A / T < 1 − tol`: `n_age` (as an HPA on queue age would; the scale-down stabilization
-//!    window and step limit temper it), but never below the keep-up size `n_keep = λ / p`
+//!    window and step limit temper it), but never below the keep-up size `n_keep = λ·r_w / μ`
 //!    while the fleet is saturated, `A / T > tol`; see below.
 //! 4. `A / T` within tolerance: `c`.
 //! 5. Age unknown: `n_rate` when below `c·(1 − tol)` (a draining fleet), else `c`.
@@ -95,11 +101,13 @@ pub struct ConsumerCap {
 /// Sizes the fleet from the queue, or `None` when neither the age nor the rates are known. The
 /// recommendation is clamped to `[minReplicas, maxReplicas]` and, with a `cap`, to at most
 /// `cap.replicas` (never below `minReplicas`, which the object sets on purpose); the basis says
-/// which bound applied.
+/// which bound applied. `counted` is the ready pods the completion rate stands for (fewer than
+/// `ready` right after a rise: `Decider::measured_pods`), which rule 2 sizes with.
 pub fn size(
     scaling: &EffectiveScaling,
     current: i32,
     ready: i32,
+    counted: f64,
     fleet: &FleetMetrics,
     cap: Option<&ConsumerCap>,
 ) -> Option<Sizing> {
@@ -122,6 +130,16 @@ pub fn size(
         (Some(need), Some(p)) => Some(need / p),
         _ => None,
     };
+    // Rules 2 and 3 add pods on the rates alone, before the age asks for them: with the pods
+    // counted for the share of the rate window they were ready.
+    let per_counted = match fleet.completion_rate {
+        Some(mu) if counted > 0.0 && mu > 0.0 => Some(mu / counted.min(f64::from(ready))),
+        _ => None,
+    };
+    let early = match (need, per_counted) {
+        (Some(need), Some(p)) => Some(need / p),
+        _ => None,
+    };
     let ratio = fleet.queue_age.map(|a| a / t);
 
     let busy = fleet.arrival_rate.is_some_and(|l| l > 0.0)
@@ -133,7 +151,7 @@ pub fn size(
         let age = fleet.queue_age.unwrap_or_default();
         match n_rate {
             Some(n) if n > c => {
-                rate_basis(&mut basis, fleet, backlog, t, per_pod, ready, n);
+                rate_basis(&mut basis, fleet, backlog, t, per_pod, f64::from(ready), n);
                 n
             }
             Some(_) => {
@@ -154,8 +172,15 @@ pub fn size(
                 c_ref * r
             }
         }
-    } else if let Some(n) = n_rate.filter(|n| *n > c_ref * up && waiting(fleet, t)) {
-        rate_basis(&mut basis, fleet, backlog, t, per_pod, ready, n);
+    } else if let Some(n) = early.filter(|n| *n > c_ref * up && waiting(fleet, t)) {
+        rate_basis(&mut basis, fleet, backlog, t, per_counted, counted, n);
+        if counted < f64::from(ready) {
+            let _ = write!(
+                basis,
+                " (of {ready} ready pods: those ready for part of the rate window count for that \
+                 part)"
+            );
+        }
         n
     } else if let Some(r) = ratio.filter(|r| *r < down) {
         let age = fleet.queue_age.unwrap_or_default();
@@ -164,14 +189,15 @@ pub fn size(
             "queue age {age:.0}s / target {t:.0}s × {c:.0} replicas = {:.1}",
             c * r
         );
-        match keep_up(fleet, per_pod).filter(|k| r > TOLERANCE && *k > c * r) {
+        match keep_up(fleet, per_counted).filter(|k| r > TOLERANCE && *k > c * r) {
             Some(k) => {
                 let _ = write!(
                     basis,
-                    ", but saturated (age > {:.0}% of target): arrivals {}/s at {}/s per ready                      pod need {k:.1}",
+                    ", but saturated (age > {:.0}% of target): arrivals {}/s at {}/s per ready \
+                     pod need {k:.1}",
                     TOLERANCE * 100.0,
                     num(fleet.arrival_rate.unwrap_or_default()),
-                    num(per_pod.unwrap_or_default()),
+                    num(per_counted.unwrap_or_default()),
                 );
                 k
             }
@@ -187,7 +213,7 @@ pub fn size(
         c
     } else if let Some(n) = n_rate {
         if n < c * down {
-            rate_basis(&mut basis, fleet, backlog, t, per_pod, ready, n);
+            rate_basis(&mut basis, fleet, backlog, t, per_pod, f64::from(ready), n);
             n
         } else {
             let _ = write!(
@@ -269,7 +295,7 @@ fn rate_basis(
     backlog: Option<f64>,
     t: f64,
     per_pod: Option<f64>,
-    ready: i32,
+    pods: f64,
     n: f64,
 ) {
     let lambda = fleet.arrival_rate.unwrap_or_default();
@@ -284,9 +310,10 @@ fn rate_basis(
     }
     let _ = write!(
         out,
-        " at {}/s per ready pod ({}/s over {ready}) = {n:.1}",
+        " at {}/s per ready pod ({}/s over {}) = {n:.1}",
         num(per_pod.unwrap_or_default()),
         num(fleet.completion_rate.unwrap_or_default()),
+        num(pods),
     );
 }
 
@@ -393,7 +420,7 @@ mod tests {
             completion_rate: Some(180.0),
             ..fleet(0.0)
         };
-        let s = size(&eff.scaling, 8, 8, &f, None).unwrap();
+        let s = size(&eff.scaling, 8, 8, 8.0, &f, None).unwrap();
         assert_eq!(s.replicas, 14, "{}", s.basis);
         assert!(s.backlogged);
         assert!(s.basis.contains("22.5/s per ready pod"), "{}", s.basis);
@@ -617,7 +644,7 @@ mod tests {
                 completion_rate: completion,
                 ..fleet(0.0)
             };
-            let got = size(&eff.scaling, c, r, &f, None);
+            let got = size(&eff.scaling, c, r, f64::from(r), &f, None);
             assert_eq!(got.as_ref().map(|s| s.replicas), want, "{name}: {got:?}");
         }
     }
@@ -702,7 +729,7 @@ mod tests {
                 completion_rate: Some(completion),
                 ..fleet(0.0)
             };
-            let s = size(&eff.scaling, current, ready, &f, None).unwrap();
+            let s = size(&eff.scaling, current, ready, f64::from(ready), &f, None).unwrap();
             let keep = ceil_to_i32(arrival / (completion / f64::from(ready)));
             let k = arrival / (completion / f64::from(ready));
             if age / t > TOLERANCE {

@@ -274,3 +274,106 @@ fn kafka_partitions_cap_the_recommendation_and_the_decision_says_so() {
     let d = w.step(15);
     assert_eq!(d.recommended_replicas, 14, "{}", d.reason);
 }
+
+/// The lab's cold start on a real node (CI, `outage-and-recovery`): the pods of a 2-replica
+/// fleet become ready while a small backlog waits, and the first completion rate still covers
+/// mostly the time before them: `17.2/s over 2` pods read as 8.6/s per pod, and the early
+/// scale-out of rule 2 took the fleet's own start for producers outpacing it (2 → 3 there,
+/// 2 → 6 in CI, which an outage then met over-provisioned).
+#[test]
+fn pods_that_just_became_ready_are_counted_for_their_share_of_the_rate_window() {
+    let mut eff = effective(|s| {
+        s.target_queue_age = std::time::Duration::from_secs(10);
+        s.min_replicas = 2;
+        s.max_replicas = 10;
+    });
+    eff.metrics.rate_window = std::time::Duration::from_secs(10);
+    let observe = |t: i64, ready: i32, depth: f64, age: f64, completion: Option<f64>| Observation {
+        now: at(t),
+        generation: Some(1),
+        current_replicas: 2,
+        ready_pods: ready,
+        fleet: FleetMetrics {
+            backoff: Some(0.0),
+            failure_rate: Some(0.0),
+            queue_age: Some(age),
+            queue_depth: Some(depth),
+            arrival_rate: Some(19.9),
+            completion_rate: completion,
+            ..FleetMetrics::default()
+        },
+        metrics_error: None,
+        config: None,
+    };
+    // Pods starting: nothing to measure a per-pod rate with.
+    let d0 = decide(&eff, None, &observe(0, 0, 26.0, 1.0, None));
+    assert_eq!(d0.desired_replicas, 2, "{}", d0.reason);
+    // Ready 2 s later; the window has seen them for 2 of its 10 s.
+    let starting = observe(2, 2, 42.0, 2.0, Some(17.2));
+    let d1 = decide(&eff, Some(&d0.status), &starting);
+    assert_eq!(d1.desired_replicas, 2, "{}", d1.reason);
+    let tracking = d1.status.tracking.as_ref().unwrap();
+    assert_eq!(tracking.pods_before_rise, Some(0.0));
+    // The same numbers with the pods ready for the whole window: producers outpace the fleet
+    // (need 19.9/s at 8.6/s per pod), an early scale-out.
+    let settled = observe(12, 2, 42.0, 2.0, Some(17.2));
+    let d2 = decide(&eff, Some(&d1.status), &settled);
+    assert_eq!(
+        (d2.action, d2.desired_replicas),
+        (ScaleOut, 3),
+        "{}",
+        d2.reason
+    );
+    assert!(
+        d2.status
+            .tracking
+            .as_ref()
+            .is_none_or(|t| t.ready_rose_at.is_none() && t.pods_before_rise.is_none()),
+        "{:?}",
+        d2.status.tracking
+    );
+    // Without the status's memory of the rise (the rule removed) the start itself scaled out.
+    let mut forgot = d1.status.clone();
+    forgot.tracking = None;
+    forgot.fleet.as_mut().unwrap().ready_pods = Some(2);
+    let d = decide(&eff, Some(&forgot), &observe(3, 2, 42.0, 2.0, Some(17.2)));
+    assert_eq!(d.action, ScaleOut, "{}", d.reason);
+}
+
+/// Halfway through the window after a rise from 2 to 4 ready pods the completion rate stands for
+/// 3 pods: sized with 3, not 4 (and a second rise starts from there).
+#[test]
+fn a_rise_inside_the_window_of_another_starts_from_the_pods_counted_then() {
+    let mut eff = effective(|s| s.target_queue_age = std::time::Duration::from_secs(10));
+    eff.metrics.rate_window = std::time::Duration::from_secs(10);
+    let observe = |t: i64, ready: i32| Observation {
+        now: at(t),
+        generation: Some(1),
+        current_replicas: ready,
+        ready_pods: ready,
+        fleet: FleetMetrics {
+            backoff: Some(0.0),
+            failure_rate: Some(0.0),
+            queue_age: Some(5.0),
+            queue_depth: Some(100.0),
+            arrival_rate: Some(30.0),
+            completion_rate: Some(30.0),
+            ..FleetMetrics::default()
+        },
+        metrics_error: None,
+        config: None,
+    };
+    let d0 = decide(&eff, None, &observe(0, 2));
+    let d1 = decide(&eff, Some(&d0.status), &observe(1, 4));
+    let d2 = decide(&eff, Some(&d1.status), &observe(6, 4));
+    assert!(
+        d2.reason.contains("at 10/s per ready pod need 3.0"),
+        "the window counts 2 + 2 × 5/10 pods: {}",
+        d2.reason
+    );
+    let d3 = decide(&eff, Some(&d2.status), &observe(6, 6));
+    let tracking = d3.status.tracking.as_ref().unwrap();
+    assert_eq!(tracking.pods_before_rise, Some(3.0));
+    let d4 = decide(&eff, Some(&d3.status), &observe(16, 6));
+    assert!(d4.reason.contains("at 5/s per ready pod"), "{}", d4.reason);
+}
