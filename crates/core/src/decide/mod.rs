@@ -30,7 +30,8 @@
 //!   highest recommendation of the `scaleDown.stabilization` window. While the evidence for a
 //!   hold (backoff above `hold.backoffAbove`; with a floor, also the failure rate above
 //!   `s_eff`) has not lasted `hold.for` yet, scale-out is deferred (the regime does not change
-//!   yet).
+//!   yet); so is any scale-out while the failure rate is above `s_eff`, and an early one (the
+//!   rates ask for pods before the age passes its target) while it is unknown.
 //! * **DependencyFailing**: the hold (`Decider::hold_evidence` and `Decider::release_evidence`
 //!   for why the failure rate takes part). No scale-out (no scale-in either unless
 //!   `hold.allowScaleIn`). `status.replicas.recommended` shows what a backlog-only autoscaler

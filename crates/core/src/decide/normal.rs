@@ -3,6 +3,9 @@
 //! deferred while the fleet backoff is above `hold.backoffAbove` (not yet for `hold.for`) or the
 //! dependency failure rate is above the workers' effective set point (the set point on top of
 //! the fleet's load-independent failure floor, [`super::FleetMetrics::effective_set_point`]).
+//! An early scale-out (the rates ask for pods before the queue age passes its target) also
+//! waits while the failure rate is unknown: it is the signal that tells an outage's first
+//! seconds from producers outpacing the fleet. Scale-out on the age itself does not wait.
 
 use std::fmt::Write as _;
 
@@ -57,6 +60,15 @@ impl Decider<'_> {
                     sizing.basis,
                     f * 100.0,
                     set_point * 100.0
+                );
+            } else if sizing.early && fleet.failure_rate.is_none() {
+                // An early scale-out is a prediction from the rates; the failure rate is what
+                // tells an outage's first seconds (completions falling, a backlog starting)
+                // from producers outpacing the fleet. Without it, wait for the age (rule 1).
+                out.reason = format!(
+                    "{}; early scale-out to {rec} deferred: dependency failure rate unknown \
+                     (scaling out once the queue age passes its target)",
+                    sizing.basis
                 );
             } else {
                 let cap = self.up_cap();

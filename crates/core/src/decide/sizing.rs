@@ -86,6 +86,9 @@ pub struct Sizing {
     pub backlogged: bool,
     /// How the number was found, in words and numbers.
     pub basis: String,
+    /// A scale-out the rates ask for before the age does (rule 2, or rule 3's keep-up floor
+    /// above the current replicas), for a fleet that has pods.
+    pub early: bool,
 }
 
 /// The most replicas that can work at once, whatever the backlog: a Kafka consumer group gives
@@ -240,6 +243,7 @@ pub fn size(
         _ => bounded,
     };
     let backlogged = ratio.is_some_and(|r| r > up) || raw > current;
+    let early = current > 0 && raw > current && !ratio.is_some_and(|r| r > up);
     let _ = write!(basis, " → {raw}");
     match cap {
         Some(c) if replicas < bounded => {
@@ -263,6 +267,7 @@ pub fn size(
         raw,
         backlogged,
         basis,
+        early,
     })
 }
 

@@ -377,3 +377,53 @@ fn a_rise_inside_the_window_of_another_starts_from_the_pods_counted_then() {
     let d4 = decide(&eff, Some(&d3.status), &observe(16, 6));
     assert!(d4.reason.contains("at 5/s per ready pod"), "{}", d4.reason);
 }
+
+/// An over-provisioned fleet in an outage's first seconds: completions fall (`μ` 20 → 12/s
+/// over 6 idle pods) and a backlog starts while the age is still far under its target. The
+/// rates alone ask for 10 pods; the failure rate is what says why. Unknown, the early scale-out
+/// waits for the age; known and low, it goes ahead; an age above target scales out either way,
+/// and so does a fleet at zero.
+#[test]
+fn an_early_scale_out_waits_for_a_known_failure_rate() {
+    let eff = effective(|s| {
+        s.target_queue_age = std::time::Duration::from_secs(10);
+        s.max_replicas = 10;
+    });
+    let observe = |replicas: i32, age: f64, failure_rate: Option<f64>| Observation {
+        now: at(100),
+        generation: Some(1),
+        current_replicas: replicas,
+        ready_pods: replicas,
+        fleet: FleetMetrics {
+            backoff: Some(0.0),
+            failure_rate,
+            queue_age: Some(age),
+            queue_depth: Some(187.0),
+            arrival_rate: Some(20.0),
+            completion_rate: Some(12.0),
+            ..FleetMetrics::default()
+        },
+        metrics_error: None,
+        config: None,
+    };
+    let d = decide(&eff, None, &observe(6, 2.0, None));
+    assert_eq!(
+        (d.action, d.desired_replicas),
+        (Action::None, 6),
+        "{}",
+        d.reason
+    );
+    assert!(d.reason.contains("failure rate unknown"), "{}", d.reason);
+    assert_eq!(d.recommended_replicas, 10, "{}", d.reason);
+    let d = decide(&eff, None, &observe(6, 2.0, Some(0.01)));
+    assert_eq!(
+        (d.action, d.desired_replicas),
+        (ScaleOut, 10),
+        "{}",
+        d.reason
+    );
+    let d = decide(&eff, None, &observe(6, 30.0, None));
+    assert_eq!(d.action, ScaleOut, "{}", d.reason);
+    let d = decide(&eff, None, &observe(0, 2.0, None));
+    assert!(d.desired_replicas >= 1, "{}", d.reason);
+}
