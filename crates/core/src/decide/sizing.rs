@@ -28,12 +28,13 @@
 //!    up to the noise of two rate windows, and the ratio alone would add pods on noise.
 //!    `n_early = need · r_w / μ` is `n_rate` with the ready pods counted for the share of the
 //!    rate window they were ready (`r_w ≤ r`; `Decider::measured_pods`): `μ` right after pods
-//!    became ready still counts the pods before them, and `need / (μ / r)` took a fleet's own
-//!    start (a cold start with a small backlog, the pods of a scale-out step arriving) for
-//!    producers outpacing it. Rule 3's keep-up floor counts pods the same way; rule 1 keeps
-//!    `n_rate`: there the age is evidence of its own.
+//!    became ready still counts the time before them, and `need / (μ / r)` took a fleet's own
+//!    start (a cold start with a small backlog) for producers outpacing it. Rule 3's keep-up
+//!    floor adds pods on the same count; rule 1 keeps `n_rate`: there the age is evidence of
+//!    its own.
 //! 3. `A / T < 1 − tol`: `n_age` (as an HPA on queue age would; the scale-down stabilization
-//!    window and step limit temper it), but never below the keep-up size `n_keep = λ·r_w / μ`
+//!    window and step limit temper it), but never below the keep-up size `n_keep = λ / p`
+//!    (above `c` only as far as `λ·r_w / μ` agrees, the pods counted as in rule 2)
 //!    while the fleet is saturated, `A / T > tol`; see below.
 //! 4. `A / T` within tolerance: `c`.
 //! 5. Age unknown: `n_rate` when below `c·(1 − tol)` (a draining fleet), else `c`.
@@ -192,7 +193,16 @@ pub fn size(
             "queue age {age:.0}s / target {t:.0}s × {c:.0} replicas = {:.1}",
             c * r
         );
-        match keep_up(fleet, per_counted).filter(|k| r > TOLERANCE && *k > c * r) {
+        // The floor keeps pods with the ready pods' rate; it adds pods (above `c`) only as far
+        // as the counted pods' rate agrees (rule 2's reason).
+        let floor = keep_up(fleet, per_pod).map(|k| {
+            if k > c {
+                keep_up(fleet, per_counted).map_or(c, |a| a.min(k)).max(c)
+            } else {
+                k
+            }
+        });
+        match floor.filter(|k| r > TOLERANCE && *k > c * r) {
             Some(k) => {
                 let _ = write!(
                     basis,
@@ -200,7 +210,7 @@ pub fn size(
                      pod need {k:.1}",
                     TOLERANCE * 100.0,
                     num(fleet.arrival_rate.unwrap_or_default()),
-                    num(per_counted.unwrap_or_default()),
+                    num(per_pod.unwrap_or_default()),
                 );
                 k
             }

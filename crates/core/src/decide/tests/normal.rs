@@ -340,8 +340,10 @@ fn pods_that_just_became_ready_are_counted_for_their_share_of_the_rate_window() 
     assert_eq!(d.action, ScaleOut, "{}", d.reason);
 }
 
-/// Halfway through the window after a rise from 2 to 4 ready pods the completion rate stands for
-/// 3 pods: sized with 3, not 4 (and a second rise starts from there).
+/// Halfway through the window after a fleet's first 2 pods became ready the completion rate
+/// stands for 1 pod: the early scale-out sizes with 1, not 2, and a second rise inside the
+/// window starts from there. A rise from pods already ready (a scale-out step) is not
+/// corrected.
 #[test]
 fn a_rise_inside_the_window_of_another_starts_from_the_pods_counted_then() {
     let mut eff = effective(|s| s.target_queue_age = std::time::Duration::from_secs(10));
@@ -349,33 +351,45 @@ fn a_rise_inside_the_window_of_another_starts_from_the_pods_counted_then() {
     let observe = |t: i64, ready: i32| Observation {
         now: at(t),
         generation: Some(1),
-        current_replicas: ready,
+        current_replicas: ready.max(2),
         ready_pods: ready,
         fleet: FleetMetrics {
             backoff: Some(0.0),
             failure_rate: Some(0.0),
             queue_age: Some(5.0),
             queue_depth: Some(100.0),
-            arrival_rate: Some(30.0),
+            arrival_rate: Some(120.0),
             completion_rate: Some(30.0),
             ..FleetMetrics::default()
         },
         metrics_error: None,
         config: None,
     };
-    let d0 = decide(&eff, None, &observe(0, 2));
-    let d1 = decide(&eff, Some(&d0.status), &observe(1, 4));
-    let d2 = decide(&eff, Some(&d1.status), &observe(6, 4));
+    let d0 = decide(&eff, None, &observe(0, 0));
+    let d1 = decide(&eff, Some(&d0.status), &observe(1, 2));
+    let d2 = decide(&eff, Some(&d1.status), &observe(6, 2));
     assert!(
-        d2.reason.contains("at 10/s per ready pod need 3.0"),
-        "the window counts 2 + 2 × 5/10 pods: {}",
+        d2.reason
+            .contains("at 30/s per ready pod (30/s over 1) = 4.0"),
+        "the window counts 2 × 5/10 pods: {}",
         d2.reason
     );
-    let d3 = decide(&eff, Some(&d2.status), &observe(6, 6));
+    let d3 = decide(&eff, Some(&d2.status), &observe(6, 4));
     let tracking = d3.status.tracking.as_ref().unwrap();
-    assert_eq!(tracking.pods_before_rise, Some(3.0));
-    let d4 = decide(&eff, Some(&d3.status), &observe(16, 6));
-    assert!(d4.reason.contains("at 5/s per ready pod"), "{}", d4.reason);
+    assert_eq!(tracking.pods_before_rise, Some(1.0));
+    let d4 = decide(&eff, Some(&d3.status), &observe(16, 4));
+    assert!(d4.reason.contains("(30/s over 4) = 16.0"), "{}", d4.reason);
+    // A scale-out step from 4 ready pods: counted as they are.
+    let d5 = decide(&eff, Some(&d4.status), &observe(17, 8));
+    assert!(d5.reason.contains("(30/s over 8) = 32.0"), "{}", d5.reason);
+    assert!(
+        d5.status
+            .tracking
+            .as_ref()
+            .is_none_or(|t| t.ready_rose_at.is_none()),
+        "{:?}",
+        d5.status.tracking
+    );
 }
 
 /// An over-provisioned fleet in an outage's first seconds: completions fall (`μ` 20 → 12/s
