@@ -189,10 +189,7 @@ async fn holds_while_the_dependency_fails_then_ramps_in_stages_and_aborts_on_a_s
         r.recommended,
         r.current
     );
-    assert!(
-        w.event("ScaleOutHeld").await.is_some(),
-        "no ScaleOutHeld event"
-    );
+    w.wait_event("ScaleOutHeld", Duration::from_secs(20)).await;
 
     // Recovery: backoff falls below release; a staged ramp starts.
     w.fleet.set(recovered);
@@ -619,7 +616,8 @@ async fn an_hpa_on_the_same_target_is_reported_and_not_fought() {
     );
     assert_eq!(w.replicas().await, 2);
     assert!(w.scale_writes().is_empty(), "{:?}", w.scale_writes());
-    assert!(w.event("AutoscalerConflict").await.is_some());
+    w.wait_event("AutoscalerConflict", Duration::from_secs(20))
+        .await;
 
     // The HPA gone, the operator scales out for the backlog.
     hpas.delete("w-cpu", &DeleteParams::default())

@@ -225,8 +225,13 @@ fn a_crashed_test_process_leaves_the_host_restored() {
     // A crash: no destructor runs.
     child.kill().unwrap();
     child.wait().unwrap();
+    // The janitor removes the node's directory last (after the bridge, iptables and cgroups
+    // this snapshot sees): wait for all of it, or a slow `rm -rf` of the images fails the test.
+    let dir_exists = || std::path::Path::new("/var/lib/backpressure-envtest/node").exists();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while (host_snapshot() != before || shims() > 0) && std::time::Instant::now() < deadline {
+    while (host_snapshot() != before || shims() > 0 || dir_exists())
+        && std::time::Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(500));
     }
     assert_eq!(
@@ -235,8 +240,5 @@ fn a_crashed_test_process_leaves_the_host_restored() {
         "the janitor restored the host (bridge, iptables, cgroups, fixed paths, links)"
     );
     assert_eq!(shims(), 0, "no process of the node is left");
-    assert!(
-        !std::path::Path::new("/var/lib/backpressure-envtest/node").exists(),
-        "the node's directory is removed"
-    );
+    assert!(!dir_exists(), "the node's directory is removed");
 }

@@ -193,6 +193,13 @@ impl World {
             .find(|e| e.reason.as_deref() == Some(reason))
     }
 
+    /// Waits for the first event in the namespace with `reason`: the operator publishes its
+    /// events after the status write a test may have seen.
+    pub async fn wait_event(&self, reason: &str, timeout: Duration) -> Event {
+        self.wait_for(timeout, &format!("a {reason} event"), || self.event(reason))
+            .await
+    }
+
     /// The operator's writes to any `/scale` subresource in the namespace so far (verb and
     /// request URI).
     pub fn scale_writes(&self) -> Vec<String> {
