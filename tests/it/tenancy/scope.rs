@@ -14,7 +14,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::common::fleet::steady;
-use crate::common::operator::{apply_chart_objects, render_chart_with};
+use crate::common::operator::{apply_chart_objects, operator_user, render_chart_with};
 use crate::common::scene::{condition, merge, spec, wait_for};
 use crate::common::serial;
 use crate::common::tenant::Tenant;
@@ -130,6 +130,44 @@ async fn scope_policies_limit_targets_and_guarded_autoscalers() {
     scaling.remove("scaleUp");
     scaling.remove("scaleDown");
     tenant.apply("w", guard).await.unwrap();
+    // Each policy takes effect on its own: before the operator starts, wait until the guard
+    // policy refuses the operator's user a (dry-run) clamp record on the unlabelled HPA.
+    let as_operator = w
+        .scene
+        .env
+        .client_as(&operator_user(), &["system:masters", "system:authenticated"])
+        .unwrap();
+    let probe: Api<DynamicObject> = Api::namespaced_with(
+        as_operator,
+        &ns,
+        &api_resource(GuardKind::HorizontalPodAutoscaler),
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "the guard policy to refuse the operator an unlabelled HPA",
+        || async { String::new() },
+        || async {
+            match probe
+                .patch(
+                    "w",
+                    &PatchParams {
+                        dry_run: true,
+                        ..PatchParams::default()
+                    },
+                    &Patch::Merge(json!({"metadata": {"annotations": {
+                        "backpressure.dev/original": "{}"}}})),
+                )
+                .await
+            {
+                Ok(_) => None,
+                Err(kube::Error::Api(s)) if s.message.contains("backpressure.dev/guard") => {
+                    Some(())
+                }
+                Err(e) => panic!("{e}"),
+            }
+        },
+    )
+    .await;
     let until = (k8s_openapi::jiff::Timestamp::now()
         + k8s_openapi::jiff::SignedDuration::from_mins(30))
     .to_string();
