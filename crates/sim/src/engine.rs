@@ -332,7 +332,12 @@ impl<'a> Simulation<'a> {
         // running before the simulation starts; a half-filled window would understate the
         // completion rate against arrivals).
         let sync_offset = ((sync_every / 2) / ticks_per_sec) * ticks_per_sec;
-        let warm_up = (rate_window as u64 * ticks_per_sec).div_ceil(scrape_every) * scrape_every;
+        // A cold start decides from the first sync, on a window still filling.
+        let warm_up = if s.fleet.cold_start {
+            0
+        } else {
+            (rate_window as u64 * ticks_per_sec).div_ceil(scrape_every) * scrape_every
+        };
         let mut next_decision = warm_up + sync_offset.max(1);
         let settings = self.settings();
         let max_permits = settings.max_permits;
@@ -372,7 +377,8 @@ impl<'a> Simulation<'a> {
         let mut polled: Vec<(u32, u8, u64)> = Vec::new();
 
         // The initial replicas have been running before the simulation starts (like the warm-up
-        // of the autoscaler's rate window): their controllers are past their startup ramp.
+        // of the autoscaler's rate window): their controllers are past their startup ramp. Not
+        // so on a cold start (`fleet.coldStart`).
         let established = Settings {
             initial_permits: 0,
             ..settings.clone()
@@ -400,8 +406,14 @@ impl<'a> Simulation<'a> {
             };
             fleet.order.push(slot);
         };
+        // A cold start's replicas are new pods (a `ready_at` after 0: the startup ramp).
+        let initial_ready_at = if s.fleet.cold_start {
+            startup.max(1)
+        } else {
+            0
+        };
         for _ in 0..s.fleet.replicas {
-            new_pod(&mut fleet, 0);
+            new_pod(&mut fleet, initial_ready_at);
         }
         let mut desired = s.fleet.replicas;
         let mut regime: Option<Regime> = None;

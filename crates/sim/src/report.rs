@@ -331,6 +331,7 @@ pub fn policy_value(result: &impl PolicyRuns, target: &Target, policy: Policy) -
         TargetMetric::BrokerRejected => Some(run.broker_rejected as f64),
         TargetMetric::LostToBroker => Some(run.lost_to_broker as f64),
         TargetMetric::PeakProducerBacklog => Some(run.peak_producer_backlog as f64),
+        TargetMetric::PeakReplicas => Some(f64::from(run.max_replicas)),
         TargetMetric::MaxEndToEndAge => Some(run.max_end_to_end),
         TargetMetric::P99EndToEndAge => Some(run.p99_end_to_end),
         TargetMetric::SystemDrainRatio => run.system_drain.and_then(|d| d.ratio()),
@@ -365,7 +366,7 @@ pub fn target_detail(result: &impl PolicyRuns, target: &Target) -> String {
             ),
             None => format!("no run of {}", GREEDY_KEDA.name),
         },
-        TargetMetric::ReplicasAddedDuringIncident => format!(
+        TargetMetric::ReplicasAddedDuringIncident | TargetMetric::PeakReplicas => format!(
             "replicas {}..{} over the run",
             result.scenario().fleet.replicas,
             ours.max_replicas
@@ -499,6 +500,7 @@ pub fn fmt_target_value_digits(metric: TargetMetric, v: f64, ratio_digits: usize
         TargetMetric::Dlq
         | TargetMetric::DlqVsStatic
         | TargetMetric::ReplicasAddedDuringIncident
+        | TargetMetric::PeakReplicas
         | TargetMetric::RampStages => {
             format!("{v:.0}")
         }

@@ -249,3 +249,30 @@ fn report_and_plot_contain_every_column_and_line() {
     assert!(svg.contains("first-attempt queue age"));
     assert!(svg.contains(BP_OURS.name));
 }
+
+/// `fleet.coldStart`: the initial replicas are new pods (none ready before `startupDelay`);
+/// without it they serve from the first second.
+#[test]
+fn a_cold_start_begins_with_new_pods() {
+    let warm = scenario(HEALTHY);
+    let mut cold = warm.clone();
+    cold.fleet.cold_start = true;
+    for (s, is_cold) in [(&warm, false), (&cold, true)] {
+        let out = run(s, BP_OURS);
+        let startup = s.fleet.startup_delay.secs() as usize;
+        let first = &out.samples[..startup - 1];
+        assert_eq!(
+            first.iter().all(|x| x.ready == 0 && x.completed == 0),
+            is_cold,
+            "cold start {is_cold}: ready {:?}",
+            first.iter().map(|x| x.ready).collect::<Vec<_>>()
+        );
+        let after = &out.samples[startup + 1];
+        assert_eq!(after.ready, s.fleet.replicas, "cold start {is_cold}");
+        // No message is lost to the start: everything produced is done or still in the system.
+        assert_eq!(
+            out.produced,
+            out.completed + out.dead_lettered + out.queued_at_end + out.in_flight_at_end
+        );
+    }
+}

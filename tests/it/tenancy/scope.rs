@@ -135,7 +135,10 @@ async fn scope_policies_limit_targets_and_guarded_autoscalers() {
     let as_operator = w
         .scene
         .env
-        .client_as(&operator_user(), &["system:masters", "system:authenticated"])
+        .client_as(
+            &operator_user(),
+            &["system:masters", "system:authenticated"],
+        )
         .unwrap();
     let probe: Api<DynamicObject> = Api::namespaced_with(
         as_operator,

@@ -19,7 +19,7 @@
 //!
 //! The raw recommendation, first rule that applies:
 //!
-//! 1. `A / T > 1 + tol` (backlogged): `max(c, n_rate)` when `n_rate` is known (sized by
+//! 1. `A / T > 1 + tol` (backlogged): `max(c, n_early)` when `n_early` is known (sized by
 //!    throughput, so no HPA runaway on a lagging age signal; never a scale-in while the queue is
 //!    too old), else `n_age`.
 //! 2. `n_early > max(c, 1)·(1 + tol)` while messages wait beyond noise (`A > tol · T`, or with
@@ -29,9 +29,10 @@
 //!    `n_early = need · r_w / μ` is `n_rate` with the ready pods counted for the share of the
 //!    rate window they were ready (`r_w ≤ r`; `Decider::measured_pods`): `μ` right after pods
 //!    became ready still counts the time before them, and `need / (μ / r)` took a fleet's own
-//!    start (a cold start with a small backlog) for producers outpacing it. Rule 3's keep-up
-//!    floor adds pods on the same count; rule 1 keeps `n_rate`: there the age is evidence of
-//!    its own.
+//!    start (a cold start with a small backlog) for producers outpacing it. Rules 1 and 3 add
+//!    pods on the same count: the age above target says pods are missing, not how many, and
+//!    `need / (μ / r)` sized a cold start's fleet of the simulator (scenario 15) 2 → 26 for a
+//!    load and a start-up backlog that 16 pods serve.
 //! 3. `A / T < 1 − tol`: `n_age` (as an HPA on queue age would; the scale-down stabilization
 //!    window and step limit temper it), but never below the keep-up size `n_keep = λ / p`
 //!    (above `c` only as far as `λ·r_w / μ` agrees, the pods counted as in rule 2)
@@ -153,9 +154,16 @@ pub fn size(
     let mut basis = String::new();
     let raw = if let Some(r) = ratio.filter(|r| *r > up) {
         let age = fleet.queue_age.unwrap_or_default();
-        match n_rate {
+        match early {
             Some(n) if n > c => {
-                rate_basis(&mut basis, fleet, backlog, t, per_pod, f64::from(ready), n);
+                rate_basis(&mut basis, fleet, backlog, t, per_counted, counted, n);
+                if counted < f64::from(ready) {
+                    let _ = write!(
+                        basis,
+                        " (of {ready} ready pods: those ready for part of the rate window count \
+                         for that part)"
+                    );
+                }
                 n
             }
             Some(_) => {

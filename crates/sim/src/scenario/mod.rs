@@ -378,6 +378,14 @@ pub struct FleetSpec {
     /// [`Scenario::lag_count`]'s sizing from the target age.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_lag: Option<u64>,
+    /// A cold start: the workload is deployed when the run starts. The initial replicas are
+    /// created then (ready after `startupDelay`, on their startup ramp like any new pod), the
+    /// rate window starts empty and the autoscalers decide from their first sync on what the
+    /// metrics hold by then, as after a new deployment, a rollout that restarted every pod, or
+    /// an activation. Default (false): the fleet has been running before the start, its
+    /// controllers past their ramp and the rate window full.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cold_start: bool,
 }
 
 fn default_startup() -> Dur {
@@ -604,6 +612,9 @@ pub enum TargetMetric {
     /// their pre-incident level, divided by the theoretical minimum for that backlog: 1 when
     /// producer control costs no throughput after recovery.
     SystemDrainRatio,
+    /// Highest `spec.replicas` over the run (no overshoot: a scale-out sized on a rate the
+    /// fleet's own start-up diluted).
+    PeakReplicas,
 }
 
 impl ProducersSection {

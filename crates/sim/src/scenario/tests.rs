@@ -79,3 +79,19 @@ fn compression_scales_the_timeline_only() {
     assert_eq!(q.fleet.startup_delay, s.fleet.startup_delay);
     assert_eq!(q.queue, s.queue);
 }
+
+/// Every committed scenario loads and validates, numbered in file order without gaps, with a
+/// unique name and at least one target (a broken file would otherwise fail only `make bench`).
+#[test]
+fn every_committed_scenario_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let all = Scenario::load_dir(&dir).unwrap();
+    assert!(all.len() >= 16, "{} scenarios", all.len());
+    let mut names = std::collections::BTreeSet::new();
+    for (i, s) in all.iter().enumerate() {
+        assert!(names.insert(s.name.clone()), "{}: name used twice", s.name);
+        assert!(!s.targets.is_empty(), "{}: no targets", s.name);
+        let n = s.title.split('.').next().unwrap_or_default();
+        assert_eq!(n, (i + 1).to_string(), "{}: title {:?}", s.name, s.title);
+    }
+}

@@ -340,6 +340,53 @@ fn pods_that_just_became_ready_are_counted_for_their_share_of_the_rate_window() 
     assert_eq!(d.action, ScaleOut, "{}", d.reason);
 }
 
+/// With the queue older than its target (rule 1) right after a start, the pods are still
+/// counted for the share of the rate window they were ready: 10 pods ready for half of it, a
+/// completion rate of 50/s is 10/s per pod, and 10 replicas keep up with 100/s; taken as 5/s
+/// per ready pod, the same numbers asked for 20 (the simulator's cold start overshot 2 → 26).
+#[test]
+fn a_backlogged_start_is_sized_on_the_pods_counted() {
+    let mut eff = effective(|s| {
+        s.target_queue_age = std::time::Duration::from_secs(10);
+        s.min_replicas = 2;
+        s.max_replicas = 40;
+    });
+    eff.metrics.rate_window = std::time::Duration::from_secs(10);
+    let observe = |t: i64, ready: i32, completion: Option<f64>| Observation {
+        now: at(t),
+        generation: Some(1),
+        current_replicas: 10,
+        ready_pods: ready,
+        fleet: FleetMetrics {
+            backoff: Some(0.0),
+            failure_rate: Some(0.0),
+            queue_age: Some(20.0),
+            queue_depth: Some(0.0),
+            arrival_rate: Some(100.0),
+            completion_rate: completion,
+            ..FleetMetrics::default()
+        },
+        metrics_error: None,
+        config: None,
+    };
+    let d0 = decide(&eff, None, &observe(0, 0, None));
+    let d1 = decide(&eff, Some(&d0.status), &observe(5, 10, Some(1.0)));
+    let d2 = decide(&eff, Some(&d1.status), &observe(10, 10, Some(50.0)));
+    assert_eq!(d2.desired_replicas, 10, "{}", d2.reason);
+    assert!(d2.reason.contains("clears the backlog"), "{}", d2.reason);
+    // Without the memory of the rise, the ready pods' rate sizes it.
+    let mut forgot = d1.status.clone();
+    forgot.tracking = None;
+    forgot.fleet.as_mut().unwrap().ready_pods = Some(10);
+    let d = decide(&eff, Some(&forgot), &observe(10, 10, Some(50.0)));
+    assert_eq!(
+        (d.action, d.desired_replicas),
+        (ScaleOut, 20),
+        "{}",
+        d.reason
+    );
+}
+
 /// Halfway through the window after a fleet's first 2 pods became ready the completion rate
 /// stands for 1 pod: the early scale-out sizes with 1, not 2, and a second rise inside the
 /// window starts from there. A rise from pods already ready (a scale-out step) is not
