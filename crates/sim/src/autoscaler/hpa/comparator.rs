@@ -16,6 +16,12 @@
 //! Both without `fallback` and with `behavior` unset (KEDA's defaults: the legacy path with
 //! the 5-minute downscale stabilization and the `max(2 × current, 4)` scale-up cap) unless
 //! given. `minReplicas` is raised to 1 as KEDA's `GetHPAMinReplicas` does.
+//!
+//! With `minReplicaCount` 0 KEDA's own scale loop does what the HPA cannot (an HPA does nothing
+//! while its target has 0 replicas): it scales the target 0 → 1 when the trigger is active
+//! (its value above `activationThreshold`, 0 by default: any queue age, any lag), and back to 0
+//! once the trigger has been inactive for `cooldownPeriod` (300 s by default). The simulator
+//! checks at every HPA sync rather than KEDA's `pollingInterval` (30 s).
 
 use super::keda::{
     self, Fallback, KedaTarget, MetricSource, PromResponse, ScalerError, TargetType,
@@ -39,7 +45,14 @@ pub struct Hpa {
     trigger: Trigger,
     source: MetricSource,
     controller: HpaController,
+    /// `minReplicaCount` as written (0: KEDA activates and idles the target).
+    min_replica_count: u32,
+    /// When the trigger was last active.
+    last_active: Option<f64>,
 }
+
+/// KEDA's default `cooldownPeriod`: inactive this long, a `minReplicaCount: 0` target goes to 0.
+pub const COOLDOWN_PERIOD: f64 = 300.0;
 
 fn to_i32(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
@@ -104,6 +117,7 @@ impl Hpa {
         flags: ControllerFlags,
     ) -> Result<Self, HpaError> {
         // GetHPAMinReplicas: minReplicaCount if above 0, else 1.
+        let min_count = min;
         let min = to_i32(min).max(1);
         let spec = HpaSpec::new(min, to_i32(max), target.hpa_target())
             .with_behavior(behavior)
@@ -114,6 +128,8 @@ impl Hpa {
             trigger,
             source: MetricSource::new(target, None),
             controller: HpaController::new(spec)?,
+            min_replica_count: min_count,
+            last_active: None,
         })
     }
 
@@ -180,6 +196,39 @@ impl Autoscaler for Hpa {
         let spec_replicas = to_i32(obs.replicas);
         let ready_pods = to_i32(obs.ready_pods);
         let (raw, what) = self.raw(obs);
+        // KEDA's scale loop (activationThreshold 0): active on any positive value.
+        let active = raw.as_ref().is_ok_and(|v| *v > 0.0);
+        if active {
+            self.last_active = Some(obs.now);
+        }
+        if self.min_replica_count == 0 {
+            let idle = |to: u32, why: &str| Decision {
+                desired: to,
+                regime: None,
+                action: None,
+                recommended: Some(to),
+                reason: format!("{what}: {why}"),
+                requeue_after: None,
+                producers: None,
+            };
+            if spec_replicas == 0 {
+                return if active {
+                    idle(1, "trigger active, KEDA activates the target 0 -> 1")
+                } else {
+                    idle(0, "trigger inactive, the target stays at 0")
+                };
+            }
+            if !active
+                && self
+                    .last_active
+                    .is_none_or(|t| obs.now - t >= COOLDOWN_PERIOD)
+            {
+                return idle(
+                    0,
+                    "inactive for the cooldown period, KEDA scales the target to 0",
+                );
+            }
+        }
         let served = self.source.serve(raw, spec_replicas, ready_pods);
         let input = SyncInput {
             now: obs.now,
@@ -251,6 +300,24 @@ mod tests {
         let d = h.decide(&o);
         assert_eq!(d.recommended, Some(6));
         assert_eq!(d.desired, 6);
+    }
+
+    /// `minReplicaCount: 0`: 0 → 1 on an active trigger (the HPA then sizes it), back to 0
+    /// after the cooldown period of inactivity, never while active.
+    #[test]
+    fn min_replica_count_zero_activates_and_idles_the_target() {
+        let mut h = queue_age(0, 100, 60.0);
+        assert_eq!(h.decide(&obs(0.0, 0, 0.0)).desired, 0);
+        assert_eq!(h.decide(&obs(15.0, 0, 5.0)).desired, 1);
+        // The HPA: ceil(1 × 300 / 60) = 5, at most max(2 × 1, 4) = 4 per sync.
+        assert_eq!(h.decide(&obs(30.0, 1, 300.0)).desired, 4);
+        let d = h.decide(&obs(45.0, 4, 0.0));
+        assert!(d.desired > 0, "inactive within the cooldown: {}", d.reason);
+        let d = h.decide(&obs(30.0 + COOLDOWN_PERIOD, 4, 0.0));
+        assert_eq!(d.desired, 0, "{}", d.reason);
+        // With minReplicaCount 1 the HPA alone: no activation needed, never 0.
+        let mut one = queue_age(1, 100, 60.0);
+        assert!(one.decide(&obs(1000.0, 5, 0.0)).desired > 0);
     }
 
     #[test]
