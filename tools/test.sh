@@ -11,7 +11,9 @@
 #              SDKs' tests (against the real API server) and the lab's Go worker's tests
 #   2. test    every workspace test but real KEDA's,  ║ KEDA's build, niced
 #              the integration suite (tests/it) in two shards side by side, each on a control
-#              plane of its own (its tests take one lock per control plane and mostly wait)
+#              plane of its own (its tests take one lock per control plane and mostly wait;
+#              measured in fresh-clone rehearsals: phase 2 cold 1,308 -> 685 s, warm
+#              1,175 -> 612 s)
 #   3. KEDA    the real-KEDA integration test, then the lab's end-to-end scenarios (make e2e: as
 #              root on the real node, the chart installed with helm and the images of phase 1)
 #
