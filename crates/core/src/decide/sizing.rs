@@ -156,14 +156,16 @@ pub fn size(
         let age = fleet.queue_age.unwrap_or_default();
         match early {
             Some(n) if n > c => {
-                rate_basis(&mut basis, fleet, backlog, t, per_counted, counted, n);
-                if counted < f64::from(ready) {
-                    let _ = write!(
-                        basis,
-                        " (of {ready} ready pods: those ready for part of the rate window count \
-                         for that part)"
-                    );
-                }
+                counted_basis(
+                    &mut basis,
+                    fleet,
+                    backlog,
+                    t,
+                    per_counted,
+                    counted,
+                    ready,
+                    n,
+                );
                 n
             }
             Some(_) => {
@@ -185,14 +187,16 @@ pub fn size(
             }
         }
     } else if let Some(n) = early.filter(|n| *n > c_ref * up && waiting(fleet, t)) {
-        rate_basis(&mut basis, fleet, backlog, t, per_counted, counted, n);
-        if counted < f64::from(ready) {
-            let _ = write!(
-                basis,
-                " (of {ready} ready pods: those ready for part of the rate window count for that \
-                 part)"
-            );
-        }
+        counted_basis(
+            &mut basis,
+            fleet,
+            backlog,
+            t,
+            per_counted,
+            counted,
+            ready,
+            n,
+        );
         n
     } else if let Some(r) = ratio.filter(|r| *r < down) {
         let age = fleet.queue_age.unwrap_or_default();
@@ -308,6 +312,28 @@ fn waiting(fleet: &FleetMetrics, t: f64) -> bool {
 
 /// `n_keep = λ / p`: the replicas that keep up with arrivals at the measured per-pod completion
 /// rate, when both are known.
+/// [`rate_basis`] on the pods counted (rules 1 and 2), saying so when fewer than the ready ones.
+#[allow(clippy::too_many_arguments)]
+fn counted_basis(
+    basis: &mut String,
+    fleet: &FleetMetrics,
+    backlog: Option<f64>,
+    t: f64,
+    per_counted: Option<f64>,
+    counted: f64,
+    ready: i32,
+    n: f64,
+) {
+    rate_basis(basis, fleet, backlog, t, per_counted, counted, n);
+    if counted < f64::from(ready) {
+        let _ = write!(
+            basis,
+            " (of {ready} ready pods: those ready for part of the rate window count for that \
+             part)"
+        );
+    }
+}
+
 fn keep_up(fleet: &FleetMetrics, per_pod: Option<f64>) -> Option<f64> {
     Some(fleet.arrival_rate? / per_pod?)
 }
