@@ -322,6 +322,43 @@ pub struct TrackingStatus {
     /// earlier rise was still inside the window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods_before_rise: Option<f64>,
+    /// The fleet's highest recent dependency call rate: the reference of its load test for a
+    /// failure floor (see `fleetFloor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_peak: Option<LoadPeak>,
+    /// Since when the fleet's failures have stayed where they were while its calls were at most
+    /// half of `loadPeak`, and the failure rate when that began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_evidence: Option<FloorEvidence>,
+    /// The failure floor the fleet's load test found: the share of calls that kept failing at
+    /// half the load (0 < floor <= `worker.floorMax`). It counts like the workers' own floor
+    /// until the failure rate falls to the set point or rises above `worker.floorMax`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_floor: Option<f64>,
+}
+
+/// The fleet's highest recent dependency call rate.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct LoadPeak {
+    /// Dependency calls per second (completions over the share of calls that succeed).
+    pub calls: f64,
+    /// Since when the fleet has run below 80 % of it (absent while it runs near it). It is
+    /// forgotten 10 minutes after that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below_since: Option<Time>,
+}
+
+/// The fleet's load test in progress.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(crates(kube_core = "::kube_core"))]
+#[serde(rename_all = "camelCase")]
+pub struct FloorEvidence {
+    /// When the evidence began.
+    pub since: Time,
+    /// The failure rate then.
+    pub failure_rate: f64,
 }
 
 /// A recommendation that held from `since` until the next point.

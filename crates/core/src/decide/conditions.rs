@@ -180,7 +180,7 @@ impl Decider<'_> {
             ),
         }
 
-        match self.backoff.or(self.obs.fleet.sanitized().backoff) {
+        match self.backoff.or(self.fleet.backoff) {
             Some(v) if v <= s.hold.backoff_above => b.set(
                 cond::DEPENDENCY_HEALTHY,
                 Status::True,

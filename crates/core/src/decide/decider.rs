@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::time::{elapsed, plus};
-use super::{DecisionEvent, Deferral, Observation, conditions, sizing};
+use super::{DecisionEvent, Deferral, FleetMetrics, Observation, conditions, sizing};
 use crate::resolve::Effective;
 
 /// What one branch of the decision produced, before the status is assembled.
@@ -54,6 +54,10 @@ pub(super) struct Decider<'a> {
     pub(super) obs: &'a Observation,
     /// The observation's time, truncated to whole seconds.
     pub(super) now: Timestamp,
+    /// The observed fleet metrics, sanitized; the failure floor is the higher of the workers'
+    /// and the fleet's own (`status.tracking.fleetFloor`, see `floor.rs`) once
+    /// [`Decider::learn_floor`] has run.
+    pub(super) fleet: FleetMetrics,
     /// The target's replicas (never negative).
     pub(super) current: i32,
     /// The previous status was held (see [`Decider::new`]).
@@ -87,6 +91,7 @@ impl<'a> Decider<'a> {
             prev,
             obs,
             now,
+            fleet: obs.fleet.sanitized(),
             current: obs.current_replicas.max(0),
             held_prev,
             tracking: prev.and_then(|p| p.tracking.clone()).unwrap_or_default(),

@@ -99,6 +99,8 @@ pub struct World {
     pub failure_floor: Option<f64>,
     /// The partitions the queue's exporter counts (`None`: not exported).
     pub partitions: Option<f64>,
+    /// The fleet completion rate, if set; otherwise the queue's.
+    pub completion_rate: Option<f64>,
 }
 
 impl World {
@@ -118,6 +120,7 @@ impl World {
             failure_rate: None,
             failure_floor: None,
             partitions: None,
+            completion_rate: None,
         }
     }
 
@@ -148,7 +151,7 @@ impl World {
             queue_age: age,
             queue_depth: depth,
             arrival_rate: arrival,
-            completion_rate: completion,
+            completion_rate: self.completion_rate.or(completion),
             failure_floor: self.failure_floor,
             partitions: self.partitions,
         }

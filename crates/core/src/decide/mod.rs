@@ -17,12 +17,15 @@
 //!        │                                                        ▼      │ (or hold evidence for hold.for)
 //!        └──────────────────────────── Recovering (staged ramp) ◄─┘──────┘
 //!          release evidence for release.for: backoff < release.backoffBelow, or
-//!          f ≤ s_eff and backoff ≤ hold.backoffAbove with no backlog withheld or a floor
+//!          f ≤ s_eff with the fleet's failure floor, or
+//!          f ≤ s_eff and backoff ≤ hold.backoffAbove with a floor or no backlog withheld
 //! ```
 //!
-//! (*) With a failure floor reported by the workers, only while `f > s_eff`. `f` is the fleet's
-//! dependency failure rate and `s_eff` the workers' effective set point
-//! ([`FleetMetrics::effective_set_point`]); an unknown failure rate counts as above it.
+//! (*) With a failure floor, only while `f > s_eff`. `f` is the fleet's dependency failure rate
+//! and `s_eff` the effective set point ([`FleetMetrics::effective_set_point`]); an unknown
+//! failure rate counts as above it. The failure floor is the higher of the workers' (their own
+//! experiments) and the fleet's (its load test: failures that stayed where they were while the
+//! fleet's calls fell by half, `floor.rs`).
 //!
 //! * **Healthy / Backlogged**: HPA-like sizing from the queue ([`sizing`]): `Backlogged` when the
 //!   queue needs more than it gets. Scale-out is limited to `max(maxPods, maxPercent%)` per
@@ -74,14 +77,17 @@
 //! [`stage_target`]) and `unavailable.rs` (MetricsUnavailable, Suspended). The regimes fall
 //! through to each other (a release that needs no ramp, or a finished ramp, sizes normally), so
 //! they are not separate types. `finish.rs` assembles the status, events and requeue,
-//! `conditions.rs` the conditions ([`set_condition`] for a caller's own), and `not_ready.rs`
-//! the paths that decide nothing ([`invalid_spec`], [`target_unavailable`]).
+//! `conditions.rs` the conditions ([`set_condition`] for a caller's own), `floor.rs` the
+//! fleet's load test for a failure floor (run before the regimes, on every observation with
+//! metrics), and `not_ready.rs` the paths that decide nothing ([`invalid_spec`],
+//! [`target_unavailable`]).
 
 mod conditions;
 mod decider;
 pub(crate) mod finish;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
+mod floor;
 mod hold;
 mod normal;
 mod not_ready;
@@ -331,9 +337,11 @@ pub fn decide(
     let fleet = observation.fleet.sanitized();
     let mut state = Decider::new(effective, previous, observation, now);
 
+    let mut found_floor = None;
     let out = if effective.suspend {
         state.suspended()
     } else {
+        found_floor = state.learn_floor();
         let cap = consumer_cap(effective, &fleet);
         let measured = state.measured_pods(effective.metrics.rate_window);
         let sizing = sizing::size(
@@ -368,7 +376,10 @@ pub fn decide(
             }
         }
     };
-    let out = state.manual_hold(out);
+    let mut out = state.manual_hold(out);
+    if let Some(f0) = found_floor {
+        out.events.push(floor::found_event(f0, &state));
+    }
     state.finish(out, &fleet)
 }
 
@@ -376,15 +387,14 @@ impl Decider<'_> {
     /// Whether the dependency fails more than the workers accept: the fleet failure rate is
     /// above the effective set point ([`FleetMetrics::effective_set_point`]), or unknown.
     fn failing_beyond_set_point(&self) -> bool {
-        let fleet = self.obs.fleet.sanitized();
-        let s_eff = fleet.effective_set_point(self.eff.worker.set_point);
-        fleet.failure_rate.is_none_or(|f| f > s_eff)
+        let s_eff = self.fleet.effective_set_point(self.eff.worker.set_point);
+        self.fleet.failure_rate.is_none_or(|f| f > s_eff)
     }
 
     /// The fleet failure rate against the effective set point, in words: `dependency failure
     /// rate 15.3% ≤ set point 19.3% (failure floor 15.0%)`.
     pub(super) fn failure_rate_text(&self) -> String {
-        let fleet = self.obs.fleet.sanitized();
+        let fleet = &self.fleet;
         let s_eff = fleet.effective_set_point(self.eff.worker.set_point);
         let floor = fleet
             .failure_floor
@@ -424,12 +434,7 @@ impl Decider<'_> {
     /// equilibrium within seconds, before `hold.for` (requiring failures above the set point
     /// there scaled scenario 11's fleet 8 → 17 into its quota overload).
     fn backoff_means_failure(&self) -> bool {
-        let floor = self
-            .obs
-            .fleet
-            .sanitized()
-            .failure_floor
-            .is_some_and(|f0| f0 > 0.0);
+        let floor = self.fleet.failure_floor.is_some_and(|f0| f0 > 0.0);
         !floor || self.failing_beyond_set_point()
     }
 
@@ -438,10 +443,21 @@ impl Decider<'_> {
     ///
     /// - the fleet backoff is below `release.backoffBelow` (the workers have stopped
     ///   throttling), or
-    /// - the evidence of failure is gone — the fleet failure rate is known and at or below the
-    ///   effective set point, and the backoff at or below `hold.backoffAbove` — and either the
-    ///   hold withholds nothing (a backlog-only autoscaler would not add pods) or the workers
-    ///   report a failure floor.
+    /// - the fleet's load test found a failure floor (`floor.rs`) and the fleet failure rate is
+    ///   known and at or below the effective set point: the backoff counts no more than it does
+    ///   for the hold ([`Self::backoff_means_failure`]), or
+    /// - the failure rate is known and at or below the effective set point, the backoff at or
+    ///   below `hold.backoffAbove`, and either the workers report a failure floor or the hold
+    ///   withholds nothing (a backlog-only autoscaler would not add pods).
+    ///
+    /// Why the backoff does not count with the fleet's floor: the pods that have not learned
+    /// it yet throttle as for an overload (those of the simulator's scenario 7 stayed at full
+    /// backoff for about 15 minutes while the fleet's load test had found the floor in 3), and
+    /// a release that waited for them held the backlog they cause. The ramp that follows is the
+    /// same; its abort, like the hold, counts the backoff only with `f > s_eff`. Why only the
+    /// fleet's: the workers' mean floor may be the floor of a few pods whose experiments fell
+    /// inside one spike of an intermittent outage; released on it whatever the backoff, the
+    /// simulator's scenario 1 dead-lettered up to 74 messages on a seed where it had 48.
     ///
     /// Why the second arm. Near the set point the workers' integrator has almost no drift
     /// (`E[Δx] = (f − s)/((1 − s)N)` per outcome), so a fleet on a healthy-but-noisy dependency
@@ -457,18 +473,18 @@ impl Decider<'_> {
     /// recovery released while capacity was still returning and its peak load after recovery
     /// rose above 1.1x). Hysteresis stays: a hold needs the backoff above `hold.backoffAbove`
     /// for `hold.for` (with a floor, and the failure rate above the effective set point), a
-    /// release needs it at or below that with the failure rate at or below the set point, or
-    /// below `release.backoffBelow`, for `release.for`.
+    /// release needs the failure rate at or below the set point (without a floor, with the
+    /// backoff at or below `hold.backoffAbove`), or the backoff below `release.backoffBelow`,
+    /// for `release.for`.
     fn release_evidence(&self, b: f64, sizing: &Sizing) -> bool {
         let s = &self.eff.scaling;
-        let fleet = self.obs.fleet.sanitized();
+        let fleet = &self.fleet;
         let floor = fleet.failure_floor.is_some_and(|f0| f0 > 0.0);
         let withholds = sizing.replicas > self.current;
+        let known = fleet.failure_rate.is_some() && !self.failing_beyond_set_point();
         b < s.release.backoff_below
-            || ((floor || !withholds)
-                && b <= s.hold.backoff_above
-                && fleet.failure_rate.is_some()
-                && !self.failing_beyond_set_point())
+            || (self.tracking.fleet_floor.is_some() && known)
+            || ((floor || !withholds) && b <= s.hold.backoff_above && known)
     }
 
     /// The dispatch once the fleet backoff and a sizing are known: update the hold and release

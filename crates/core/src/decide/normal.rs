@@ -33,9 +33,8 @@ impl Decider<'_> {
         // before the workers' backoff shows it (docs/design.md).
         // The failures the workers found to be load-independent (their failure floor) do not
         // count: more pods do not raise them, and the backlog they cause needs more pods.
-        let fleet = self.obs.fleet.sanitized();
-        let set_point = fleet.effective_set_point(self.eff.worker.set_point);
-        let failing = fleet.failure_rate.filter(|f| *f > set_point);
+        let set_point = self.fleet.effective_set_point(self.eff.worker.set_point);
+        let failing = self.fleet.failure_rate.filter(|f| *f > set_point);
         let pending = self.hold_evidence(b);
         out.deferral = if pending {
             Some(Deferral::HoldPending)
@@ -61,7 +60,7 @@ impl Decider<'_> {
                     f * 100.0,
                     set_point * 100.0
                 );
-            } else if sizing.early && fleet.failure_rate.is_none() {
+            } else if sizing.early && self.fleet.failure_rate.is_none() {
                 // An early scale-out is a prediction from the rates; the failure rate is what
                 // tells an outage's first seconds (completions falling, a backlog starting)
                 // from producers outpacing the fleet. Without it, wait for the age (rule 1).

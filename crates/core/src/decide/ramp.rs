@@ -31,11 +31,18 @@ impl Decider<'_> {
                 s.release.backoff_below,
                 human(below_for)
             )
-        } else {
+        } else if b <= s.hold.backoff_above {
             format!(
                 "{} and fleet backoff {b:.2} ≤ {:.2} for {}: hold released",
                 self.failure_rate_text(),
                 s.hold.backoff_above,
+                human(below_for)
+            )
+        } else {
+            format!(
+                "{} for {}: hold released (the workers still throttle for failures that do \
+                 not come from load: fleet backoff {b:.2})",
+                self.failure_rate_text(),
                 human(below_for)
             )
         };

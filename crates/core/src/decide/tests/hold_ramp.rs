@@ -341,20 +341,6 @@ fn with_a_floor_backoff_without_failures_above_the_set_point_does_not_hold() {
     assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
 }
 
-/// Steps 15 s at a time until the hold is released: within `release.for` plus a requeue.
-fn first_release(w: &mut World) -> Decision {
-    for _ in 0..8 {
-        let d = w.step(15);
-        if d.regime != Regime::DependencyFailing {
-            return d;
-        }
-    }
-    panic!(
-        "not released within release.for plus a requeue: {:?}",
-        w.status
-    );
-}
-
 /// Without a failure floor the backoff alone is evidence: an overload held at the workers'
 /// equilibrium shows a failure rate at (even a little under) the set point with the backoff
 /// high, and must neither scale out nor fail to hold. (Requiring failures above the set point

@@ -2,6 +2,7 @@
 //! [`super::fixtures::World`] (status round-tripped through JSON between steps).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod floor;
 mod hold_ramp;
 mod modes;
 mod normal;
@@ -97,3 +98,17 @@ const RELEASE_AND_RAMP: [Step; 6] = [
     step(30, 0.03, Backlog, Recovering, 11, RampStage),
     step(60, 0.03, Backlog, Recovering, 13, RampStage),
 ];
+
+/// Steps 15 s at a time until the hold is released: within `release.for` plus a requeue.
+fn first_release(w: &mut World) -> Decision {
+    for _ in 0..8 {
+        let d = w.step(15);
+        if d.regime != Regime::DependencyFailing {
+            return d;
+        }
+    }
+    panic!(
+        "not released within release.for plus a requeue: {:?}",
+        w.status
+    );
+}

@@ -1,0 +1,203 @@
+//! The fleet's failure floor: failures that stayed where they were when the fleet's own load
+//! fell by half.
+//!
+//! The workers learn a failure floor from their own experiments (the worker library's
+//! `SetPoint` docs): outcomes at minimal concurrency after a full backoff. That takes minutes, and
+//! a pod that has not learned it yet throttles as for an overload; meanwhile its backoff holds
+//! scale-out for a backlog that more pods would serve (the simulator's scenario 7 held about 15
+//! minutes at the start of every load-independent failure, the lab's `partial-failure` run the
+//! whole of its 125 s).
+//!
+//! The fleet as a whole runs the same experiment sooner, and without the confusion that makes a
+//! single pod's experiment unreliable: when every pod backs off, the fleet's calls fall, and
+//! the dependency's answer to that fall is in the fleet failure rate.
+//!
+//! - A call rate `a = μ / (1 − f)` (completions `μ` over the share of calls that succeed `1 −
+//!   f`): the dependency calls the fleet makes per second (a scale: a message that makes two
+//!   calls doubles it, and the test only compares it with itself).
+//! - The reference is the highest call rate of the last 10 minutes, with the failure rate at
+//!   that moment (`status.tracking.loadPeak`).
+//! - **Evidence** (`status.tracking.floorEvidence`): the call rate is at most half the
+//!   reference, and the failure rate is significantly above `1.5 × s` (its lower bound `f −
+//!   2·sqrt(f(1 − f)/n)`, with `n = a × metrics.rateWindow` calls in the window, is), at most
+//!   `worker.floorMax`, and not significantly below what it was when the evidence began.
+//! - After a whole `metrics.rateWindow` of evidence (so the failure rate covers only calls at
+//!   the lower load), the fleet's floor is that lower bound, capped at `worker.floorMax`
+//!   (`status.tracking.fleetFloor`).
+//!
+//! Why this tells the classes apart. In an **overload** the failures are the calls above what
+//! the dependency can take, `f = 1 − C/a`: halving `a` from anywhere above `C` brings `f` down
+//! to the set point within a rate window (the workers' integrators keep pushing `a` down until it
+//! is), so the evidence breaks. A **load-independent** failure stays at `f0` whatever `a` is. An
+//! **outage** fails above `floorMax` (most calls fail), and the calls at the end of one fail less
+//! and less as capacity returns: "not significantly below the start" breaks. **Noise** near the
+//! set point never halves the fleet's calls nor reaches `1.5 × s` significantly. The load test
+//! is the fleet's: another client of the same dependency that keeps its load while ours halves
+//! (a shared overload) can pass it; then the hold still comes back as soon as the failure rate
+//! rises above the effective set point (`f0 + s·(1 − f0)`).
+//!
+//! The floor counts like the workers' own: `decide` uses the higher of the two
+//! ([`super::FleetMetrics::effective_set_point`]). It ends when the failure rate falls to the
+//! set point (healed) or rises above `worker.floorMax` (an outage is not a floor). `floorMax: 0`
+//! turns it off with the workers' own floor.
+
+use std::time::Duration;
+
+use backpressure_api::defaults;
+use backpressure_api::v1alpha1::{FloorEvidence, LoadPeak};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::decider::Decider;
+use super::time::elapsed;
+
+/// How long the highest call rate stays the reference after the fleet last ran near it.
+const PEAK_MEMORY: Duration = Duration::from_secs(600);
+/// "Near" the reference: at least this share of it.
+const NEAR_PEAK: f64 = 0.8;
+/// The call rate must fall to at most this share of the reference.
+const LOAD_DROP: f64 = 0.5;
+/// A floor is found only above this multiple of the set point (as in the workers).
+const ADOPT: f64 = 1.5;
+/// Standard errors of the significance tests.
+const Z: f64 = 2.0;
+/// Rate windows the evidence must last.
+const EVIDENCE_WINDOWS: u32 = 2;
+
+impl Decider<'_> {
+    /// Updates the fleet's load test and its floor from this observation (module docs), and
+    /// lays the floor over the workers' in `self.fleet`. Returns the floor when it was found
+    /// by this observation.
+    pub(super) fn learn_floor(&mut self) -> Option<f64> {
+        let found = self.step_floor();
+        if let Some(f0) = self.tracking.fleet_floor {
+            let workers = self.fleet.failure_floor.unwrap_or(0.0);
+            self.fleet.failure_floor = Some(workers.max(f0));
+        }
+        found
+    }
+
+    fn step_floor(&mut self) -> Option<f64> {
+        let s = self.eff.worker.set_point;
+        let max = self
+            .eff
+            .worker
+            .floor_max
+            .unwrap_or(defaults::FLOOR_MAX)
+            .min(defaults::MAX_FLOOR_MAX);
+        let (Some(f), Some(mu)) = (self.fleet.failure_rate, self.fleet.completion_rate) else {
+            // Nothing to test with: what was found stands, the evidence does not.
+            self.tracking.floor_evidence = None;
+            return None;
+        };
+        if max <= s || f >= 1.0 {
+            self.tracking.floor_evidence = None;
+            self.tracking.fleet_floor = None;
+            return None;
+        }
+        let now = self.now;
+        let calls = mu / (1.0 - f);
+        let peak = match self.tracking.load_peak.take() {
+            Some(p) if calls <= p.calls => {
+                let near = calls >= NEAR_PEAK * p.calls;
+                let below_since = match p.below_since {
+                    _ if near => None,
+                    None => Some(Time(now)),
+                    since => since,
+                };
+                let expired = below_since
+                    .as_ref()
+                    .is_some_and(|t| elapsed(t.0, now) >= PEAK_MEMORY);
+                (!expired).then_some(LoadPeak {
+                    calls: p.calls,
+                    below_since,
+                })
+            }
+            _ => None,
+        }
+        .unwrap_or(LoadPeak {
+            calls: super::finish::two_significant(calls),
+            below_since: None,
+        });
+        self.tracking.load_peak = Some(peak.clone());
+
+        if self.tracking.fleet_floor.is_some() {
+            if f <= s || f > max {
+                self.tracking.fleet_floor = None;
+            }
+            self.tracking.floor_evidence = None;
+            return None;
+        }
+        let window = self.eff.metrics.rate_window;
+        let n = calls * window.as_secs_f64();
+        let sigma = if n > 0.0 {
+            (f * (1.0 - f) / n).sqrt()
+        } else {
+            f64::INFINITY
+        };
+        let low = f - Z * sigma;
+        let evidence = calls <= LOAD_DROP * peak.calls && low > ADOPT * s && f <= max;
+        if !evidence {
+            self.tracking.floor_evidence = None;
+            return None;
+        }
+        // Failures that moved significantly since the evidence began (falling as capacity
+        // returns, rising into an outage) start it again from here.
+        let band = Z * std::f64::consts::SQRT_2 * sigma;
+        if self
+            .tracking
+            .floor_evidence
+            .as_ref()
+            .is_some_and(|e| (f - e.failure_rate).abs() > band)
+        {
+            self.tracking.floor_evidence = None;
+        }
+        let since = self
+            .tracking
+            .floor_evidence
+            .get_or_insert(FloorEvidence {
+                since: Time(now),
+                failure_rate: round3(f),
+            })
+            .since
+            .0;
+        let needed = EVIDENCE_WINDOWS * window;
+        if elapsed(since, now) < needed {
+            self.due(super::time::plus(since, needed));
+            return None;
+        }
+        let f0 = round3(f.min(max));
+        self.tracking.floor_evidence = None;
+        self.tracking.fleet_floor = Some(f0);
+        Some(f0)
+    }
+}
+
+/// `x` rounded to three decimals (what `status.tracking` keeps of a failure rate).
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The `FailureFloor` event of a floor the fleet's load test has just found.
+pub(super) fn found_event(f0: f64, state: &Decider<'_>) -> super::DecisionEvent {
+    let f = state.fleet.failure_rate.unwrap_or(f0);
+    let now = state
+        .fleet
+        .completion_rate
+        .map(|mu| super::finish::two_significant(mu / (1.0 - f).max(1e-9)));
+    let peak = state.tracking.load_peak.as_ref().map(|p| p.calls);
+    let message = format!(
+        "dependency failures stayed at {:.1}% while the fleet's calls fell from {}/s to {}/s: \
+         failure floor {:.1}% (load-independent), effective set point {:.1}%",
+        f * 100.0,
+        peak.map_or("?".to_owned(), |p| p.to_string()),
+        now.map_or("?".to_owned(), |p| p.to_string()),
+        f0 * 100.0,
+        state.fleet.effective_set_point(state.eff.worker.set_point) * 100.0
+    );
+    super::DecisionEvent {
+        type_: super::EventType::Normal,
+        reason: "FailureFloor",
+        action: "Classify",
+        message,
+    }
+}

@@ -1,0 +1,169 @@
+//! The fleet's own load test for a failure floor (`floor.rs`): failures that stay where they
+//! were while the fleet's calls fall by half are load-independent; failures that fall with the
+//! calls are an overload; failures above `worker.floorMax` are an outage.
+
+use super::*;
+
+/// 8 pods serving a backlog at 180 completions/s with 0.5 % failures: the load peak.
+fn busy_fleet(eff: Effective) -> World {
+    let mut w = World::new(eff, 8);
+    w.queue = Queue::Backlog;
+    w.backoff = Some(0.0);
+    w.failure_rate = Some(0.005);
+    for _ in 0..4 {
+        w.step(15);
+    }
+    w
+}
+
+/// Steps `n` times by 15 s with this backoff, failure rate and completion rate.
+fn steps(w: &mut World, n: usize, b: f64, f: f64, completion: f64) -> Vec<Decision> {
+    w.backoff = Some(b);
+    w.failure_rate = Some(f);
+    w.completion_rate = Some(completion);
+    (0..n).map(|_| w.step(15)).collect()
+}
+
+fn fleet_floor(w: &World) -> Option<f64> {
+    w.status
+        .as_ref()
+        .and_then(|s| s.tracking.as_ref())
+        .and_then(|t| t.fleet_floor)
+}
+
+fn found(ds: &[Decision]) -> Vec<&DecisionEvent> {
+    ds.iter()
+        .flat_map(|d| &d.events)
+        .filter(|e| e.reason == "FailureFloor")
+        .collect()
+}
+
+/// Scenario 7's class: 16 % of calls fail whatever the load. The workers back off fully (their
+/// own floor test takes minutes) and the fleet's calls fall from ~180/s to ~14/s while the
+/// failures stay at 16 %: after two rate windows of that the operator has the floor, and the
+/// hold it entered on the backoff is released on the failure rate although the workers still
+/// throttle.
+#[test]
+fn failures_that_stay_while_the_calls_halve_are_a_floor_and_release_the_hold() {
+    let mut w = busy_fleet(defaults());
+    let ds = steps(&mut w, 8, 0.9, 0.16, 12.0);
+    assert_eq!(ds[2].regime, Regime::DependencyFailing, "{}", ds[2].reason);
+    assert_eq!(
+        fleet_floor(&w),
+        None,
+        "not before two rate windows of evidence"
+    );
+
+    let ds = steps(&mut w, 1, 0.9, 0.16, 12.0);
+    let events = found(&ds);
+    assert_eq!(events.len(), 1, "{:?}", ds[0].events);
+    assert_eq!(events[0].type_, EventType::Normal);
+    assert!(
+        events[0].message.contains("failure floor 16.0%")
+            && events[0].message.contains("effective set point 20.2%"),
+        "{}",
+        events[0].message
+    );
+    assert_eq!(fleet_floor(&w), Some(0.16));
+
+    let d = first_release(&mut w);
+    assert_eq!(d.regime, Regime::Recovering, "{}", d.reason);
+    assert!(d.desired_replicas > 8, "{}", d.reason);
+    assert!(
+        d.reason.contains("failure floor 16.0%") && d.reason.contains("still throttle"),
+        "{}",
+        d.reason
+    );
+    // More failures than the floor explains (overload on top of it) hold again.
+    let ds = steps(&mut w, 3, 0.9, 0.26, 12.0);
+    assert!(
+        ds.iter()
+            .all(|d| d.desired_replicas <= ds[0].current_replicas)
+    );
+    assert_eq!(fleet_floor(&w), None, "above floorMax the floor ends");
+}
+
+/// An overload: the failures are the calls above capacity, so they fall as the fleet's calls
+/// fall. No floor, and the hold stays until the workers stop throttling.
+#[test]
+fn failures_that_fall_with_the_calls_are_an_overload() {
+    let mut w = busy_fleet(defaults());
+    let mut ds = steps(&mut w, 1, 0.7, 0.20, 68.0);
+    ds.extend(steps(&mut w, 1, 0.7, 0.12, 53.0));
+    ds.extend(steps(&mut w, 1, 0.7, 0.08, 50.0));
+    ds.extend(steps(&mut w, 12, 0.7, 0.05, 48.0));
+    assert!(found(&ds).is_empty(), "{:?}", found(&ds));
+    assert_eq!(fleet_floor(&w), None);
+    let last = ds.last().unwrap();
+    assert_eq!(last.regime, Regime::DependencyFailing, "{}", last.reason);
+    assert!(
+        ds.iter()
+            .all(|d| d.desired_replicas <= ds[0].current_replicas)
+    );
+}
+
+/// A dependency coming back slowly from an outage: the fleet calls little (it probes) and the
+/// failures pass through the floor's range on their way down for minutes. They fall
+/// significantly within every two rate windows, so they are not a floor.
+#[test]
+fn failures_falling_as_capacity_returns_are_not_a_floor() {
+    let mut w = busy_fleet(defaults());
+    let mut ds = steps(&mut w, 4, 1.0, 0.95, 1.0);
+    for k in 0..14 {
+        let f = 0.24 - 0.011 * f64::from(k);
+        ds.extend(steps(&mut w, 1, 0.9, f, 40.0));
+    }
+    assert!(found(&ds).is_empty(), "{:?}", found(&ds));
+    assert_eq!(fleet_floor(&w), None);
+}
+
+/// A partial outage: 40 % of calls fail at the fleet's minimal load, steadily. Above
+/// `worker.floorMax` (25 %) a failure is more likely an outage worth waiting out than a floor.
+#[test]
+fn failures_above_floor_max_are_an_outage() {
+    let mut w = busy_fleet(defaults());
+    let ds = steps(&mut w, 16, 0.95, 0.40, 6.0);
+    assert!(found(&ds).is_empty(), "{:?}", found(&ds));
+    assert_eq!(ds.last().unwrap().regime, Regime::DependencyFailing);
+}
+
+/// Failures at the fleet's full load say nothing about whether load causes them (an overload
+/// before the workers react looks the same): without the fall in calls there is no test.
+#[test]
+fn failures_at_full_load_are_not_a_floor() {
+    let mut w = busy_fleet(defaults());
+    let ds = steps(&mut w, 16, 0.1, 0.12, 160.0);
+    assert!(found(&ds).is_empty(), "{:?}", found(&ds));
+    assert_eq!(fleet_floor(&w), None);
+}
+
+/// The floor follows the dependency: it ends when the failures fall back to the set point, and
+/// `worker.floorMax: 0` turns the test off.
+#[test]
+fn the_floor_ends_at_the_set_point_and_floor_max_zero_turns_it_off() {
+    let mut w = busy_fleet(defaults());
+    steps(&mut w, 9, 0.9, 0.16, 12.0);
+    assert_eq!(fleet_floor(&w), Some(0.16));
+    steps(&mut w, 1, 0.3, 0.04, 150.0);
+    assert_eq!(fleet_floor(&w), None);
+
+    let mut eff = defaults();
+    eff.worker.floor_max = Some(0.0);
+    let mut w = busy_fleet(eff);
+    let ds = steps(&mut w, 12, 0.9, 0.16, 12.0);
+    assert!(found(&ds).is_empty());
+    assert_eq!(ds.last().unwrap().regime, Regime::DependencyFailing);
+}
+
+/// The test's memory is the status: an operator restarted in the middle of the evidence finds
+/// the floor at the same time as one that was not.
+#[test]
+fn the_load_test_survives_a_restart() {
+    let mut w = busy_fleet(defaults());
+    steps(&mut w, 5, 0.9, 0.16, 12.0);
+    let mut r = w.restarted();
+    steps(&mut w, 4, 0.9, 0.16, 12.0);
+    steps(&mut r, 4, 0.9, 0.16, 12.0);
+    assert_eq!(fleet_floor(&w), Some(0.16));
+    assert_eq!(w.status, r.status);
+}
