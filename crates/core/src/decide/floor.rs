@@ -15,22 +15,25 @@
 //! - A call rate `a = μ / (1 − f)` (completions `μ` over the share of calls that succeed `1 −
 //!   f`): the dependency calls the fleet makes per second (a scale: a message that makes two
 //!   calls doubles it, and the test only compares it with itself).
-//! - The reference is the highest call rate of the last 10 minutes, with the failure rate at
-//!   that moment (`status.tracking.loadPeak`).
+//! - The reference is the highest recent call rate (`status.tracking.loadPeak`), forgotten 10
+//!   minutes after the fleet last ran at 80 % of it.
 //! - **Evidence** (`status.tracking.floorEvidence`): the call rate is at most half the
 //!   reference, and the failure rate is significantly above `1.5 × s` (its lower bound `f −
-//!   2·sqrt(f(1 − f)/n)`, with `n = a × metrics.rateWindow` calls in the window, is), at most
-//!   `worker.floorMax`, and not significantly below what it was when the evidence began.
-//! - After a whole `metrics.rateWindow` of evidence (so the failure rate covers only calls at
-//!   the lower load), the fleet's floor is that lower bound, capped at `worker.floorMax`
-//!   (`status.tracking.fleetFloor`).
+//!   2·sqrt(f(1 − f)/n)`, with `n = a × metrics.rateWindow` calls in the window, is) and at
+//!   most `worker.floorMax`. A failure rate that has moved by more than `2·√2·σ` (the spread
+//!   of a difference of two estimates) since the evidence began starts it again from here.
+//! - After two `metrics.rateWindow`s of evidence (so the failure rate covers only calls at the
+//!   lower load, twice), the fleet's floor is the failure rate, capped at `worker.floorMax`
+//!   (`status.tracking.fleetFloor`; event `FailureFloor`). The point estimate and not the lower
+//!   bound: with the lower bound (13.4 % for 15 %), the simulator's scenario 7 aborted its ramp
+//!   on the first noisy window above the effective set point.
 //!
 //! Why this tells the classes apart. In an **overload** the failures are the calls above what
 //! the dependency can take, `f = 1 − C/a`: halving `a` from anywhere above `C` brings `f` down
 //! to the set point within a rate window (the workers' integrators keep pushing `a` down until it
 //! is), so the evidence breaks. A **load-independent** failure stays at `f0` whatever `a` is. An
 //! **outage** fails above `floorMax` (most calls fail), and the calls at the end of one fail less
-//! and less as capacity returns: "not significantly below the start" breaks. **Noise** near the
+//! and less as capacity returns: the stability band breaks the evidence. **Noise** near the
 //! set point never halves the fleet's calls nor reaches `1.5 × s` significantly. The load test
 //! is the fleet's: another client of the same dependency that keeps its load while ours halves
 //! (a shared overload) can pass it; then the hold still comes back as soon as the failure rate
