@@ -23,10 +23,11 @@
 //!   most `worker.floorMax`. A failure rate that has moved by more than `2·√2·σ` (the spread
 //!   of a difference of two estimates) since the evidence began starts it again from here.
 //! - After two `metrics.rateWindow`s of evidence (so the failure rate covers only calls at the
-//!   lower load, twice), the fleet's floor is the failure rate, capped at `worker.floorMax`
-//!   (`status.tracking.fleetFloor`; event `FailureFloor`). The point estimate and not the lower
-//!   bound: with the lower bound (13.4 % for 15 %), the simulator's scenario 7 aborted its ramp
-//!   on the first noisy window above the effective set point.
+//!   lower load, twice), the fleet's floor is the lower of the failure rates at its start and
+//!   now, capped at `worker.floorMax` (`status.tracking.fleetFloor`; event `FailureFloor`).
+//!   Not the lower confidence bound: with it (13.4 % for 15 %) the simulator's scenario 7
+//!   aborted its ramp on the first noisy window above the effective set point; not the last
+//!   window alone: the lab's 10-s windows at a few calls per second read 22.7 % for 15 %.
 //!
 //! Why this tells the classes apart. In an **overload** the failures are the calls above what
 //! the dependency can take, `f = 1 − C/a`: halving `a` from anywhere above `C` brings `f` down
@@ -154,21 +155,20 @@ impl Decider<'_> {
         {
             self.tracking.floor_evidence = None;
         }
-        let since = self
+        let evidence = self
             .tracking
             .floor_evidence
             .get_or_insert(FloorEvidence {
                 since: Time(now),
                 failure_rate: round3(f),
-            })
-            .since
-            .0;
+            });
+        let (since, started) = (evidence.since.0, evidence.failure_rate);
         let needed = EVIDENCE_WINDOWS * window;
         if elapsed(since, now) < needed {
             self.due(super::time::plus(since, needed));
             return None;
         }
-        let f0 = round3(f.min(max));
+        let f0 = round3(f.min(started).min(max));
         self.tracking.floor_evidence = None;
         self.tracking.fleet_floor = Some(f0);
         Some(f0)

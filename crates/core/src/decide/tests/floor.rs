@@ -167,3 +167,13 @@ fn the_load_test_survives_a_restart() {
     assert_eq!(fleet_floor(&w), Some(0.16));
     assert_eq!(w.status, r.status);
 }
+
+/// The floor is the lower of the failure rates at the evidence's start and end: a noisy last
+/// window at a few calls per second does not raise it.
+#[test]
+fn the_floor_is_the_lower_end_of_the_evidence() {
+    let mut w = busy_fleet(defaults());
+    steps(&mut w, 1, 0.9, 0.16, 12.0);
+    steps(&mut w, 8, 0.9, 0.185, 12.0);
+    assert_eq!(fleet_floor(&w), Some(0.16));
+}
