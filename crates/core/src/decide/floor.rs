@@ -155,13 +155,10 @@ impl Decider<'_> {
         {
             self.tracking.floor_evidence = None;
         }
-        let evidence = self
-            .tracking
-            .floor_evidence
-            .get_or_insert(FloorEvidence {
-                since: Time(now),
-                failure_rate: round3(f),
-            });
+        let evidence = self.tracking.floor_evidence.get_or_insert(FloorEvidence {
+            since: Time(now),
+            failure_rate: round3(f),
+        });
         let (since, started) = (evidence.since.0, evidence.failure_rate);
         let needed = EVIDENCE_WINDOWS * window;
         if elapsed(since, now) < needed {
