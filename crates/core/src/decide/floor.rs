@@ -88,6 +88,12 @@ impl Decider<'_> {
             .floor_max
             .unwrap_or(defaults::FLOOR_MAX)
             .min(defaults::MAX_FLOOR_MAX);
+        // What the status says is only trusted within the bounds this code writes (a status
+        // edited by hand must not lift the set point).
+        self.tracking.fleet_floor = self
+            .tracking
+            .fleet_floor
+            .filter(|f0| f0.is_finite() && *f0 > s && *f0 <= max);
         let (Some(f), Some(mu)) = (self.fleet.failure_rate, self.fleet.completion_rate) else {
             // Nothing to test with: what was found stands, the evidence does not.
             self.tracking.floor_evidence = None;

@@ -177,3 +177,16 @@ fn the_floor_is_the_lower_end_of_the_evidence() {
     steps(&mut w, 8, 0.9, 0.185, 12.0);
     assert_eq!(fleet_floor(&w), Some(0.16));
 }
+
+/// A status edited by hand cannot lift the set point: a fleet floor outside what the load test
+/// writes (above `worker.floorMax`, not a number) is dropped, and the overload holds.
+#[test]
+fn a_floor_written_into_the_status_by_hand_is_not_trusted() {
+    let mut w = busy_fleet(defaults());
+    steps(&mut w, 3, 0.9, 0.2, 40.0);
+    let tracking = w.status.as_mut().unwrap().tracking.get_or_insert_default();
+    tracking.fleet_floor = Some(0.9);
+    let d = w.step(15);
+    assert_eq!(fleet_floor(&w), None, "{}", d.reason);
+    assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+}
