@@ -313,7 +313,10 @@ pub async fn config_step(
     previous: Option<&WorkerBackpressureStatus>,
     now: Timestamp,
 ) -> Result<(ConfigStatus, Option<String>, Vec<Note>), ReconcileError> {
-    let rendered = resolve::render_worker_config(eff, 0).with_hash();
+    // With a fleet failure floor in the last status, the workers run the effective set point
+    // `decide` holds against (`decide::worker_set_point`).
+    let set_point = decide::worker_set_point(eff, previous);
+    let rendered = resolve::render_worker_config(eff, set_point, 0).with_hash();
     // A status written by a 0.1 operator names the content by its legacy hash: the same
     // content keeps its generation across the upgrade.
     #[allow(deprecated)]

@@ -148,7 +148,9 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
         .collect();
     assert!(writes.is_empty(), "writes to bad targets: {writes:?}");
 
-    // The missing target appears: that object recovers by itself.
+    // The missing target appears: that object recovers by itself. It may scale the target
+    // out for the fleet's backlog before this looks, so any count from the 2 it was created
+    // with up counts (the cold CI rehearsal of fc3ef8e saw 20 and timed out on `== 2`).
     w.scene.deployment("nope", 2).await;
     wait_for(
         Duration::from_secs(60),
@@ -158,7 +160,7 @@ async fn bad_targets_get_a_clear_condition_and_harm_nobody() {
             let s = w.scene.status("missing").await;
             ready_reason(&s)
                 .filter(|(_, r, _)| r != "TargetNotFound")
-                .and(s.replicas.filter(|r| r.current == 2))
+                .and(s.replicas.filter(|r| r.current >= 2))
         },
     )
     .await;
@@ -424,7 +426,7 @@ proptest! {
         let now = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
         match resolve::resolve(&spec, &[], now) {
             Ok(eff) => {
-                let cfg = resolve::render_worker_config(&eff, 1);
+                let cfg = resolve::render_worker_config(&eff, eff.worker.set_point, 1);
                 prop_assert!(cfg.validate().is_ok(), "{v}: renders an invalid worker config {cfg:?}: {:?}", cfg.validate());
                 prop_assert!(eff.scaling.min_replicas <= eff.scaling.max_replicas, "{v}");
             }

@@ -18,7 +18,7 @@ use crate::common::fleet::{backlog, failing, recovered};
 use crate::common::operator::{operator_kubeconfig, operator_user};
 use crate::common::scene::condition;
 use crate::common::serial;
-use crate::common::world::World;
+use crate::common::world::{W, World};
 
 #[tokio::test]
 async fn scales_out_for_a_backlog_within_step_limits() {
@@ -104,6 +104,98 @@ async fn failures_at_the_fleet_failure_floor_let_a_backlog_scale_out() {
     .await;
     let s = w.status().await;
     assert_ne!(s.regime, Some(Regime::DependencyFailing), "{s:?}");
+}
+
+/// Issue 13: the fleet's own load test, read through the real Prometheus, and its floor pushed
+/// to the workers. A busy fleet (100 completions/s, no failures to speak of) whose calls fall to
+/// about a tenth while 16 % of them keep failing has a load-independent floor: the operator
+/// records it (`status.tracking.fleetFloor`, event `FailureFloor`) and every pod is pushed the
+/// effective set point `f0 + 0.05·(1 − f0)`; when the failures fall to the set point the floor
+/// ends and the pods run 0.05 again.
+#[tokio::test]
+async fn the_fleets_failure_floor_is_found_and_pushed_to_the_workers() {
+    let _serial = serial().await;
+    let mut w = World::builder("fleetfloor")
+        .replicas(3)
+        .pods(3)
+        .start()
+        .await;
+    let busy = |k: &mut crate::common::fleet::FleetKnobs| {
+        backlog(k);
+        k.completion_rate = 100.0;
+        k.attempt_rate = 100.0;
+        k.failure_rate = 0.005;
+    };
+    w.fleet.set(busy);
+    // No scale-out while the test looks: the replicas are not at stake.
+    w.apply(json!({"scaling": {"maxReplicas": 3}})).await;
+    w.start_operator().await;
+    w.wait_status(Duration::from_secs(60), "the fleet's load peak", |s| {
+        s.tracking
+            .as_ref()
+            .and_then(|t| t.load_peak.as_ref())
+            .is_some_and(|p| p.calls > 80.0)
+    })
+    .await;
+    let on_every_pod = |set_point: f64| {
+        let pods = &w.pods;
+        move || async move {
+            pods.iter()
+                .all(|p| (p.running().set_point - set_point).abs() < 1e-9)
+                .then_some(())
+        }
+    };
+    w.wait_for(
+        Duration::from_secs(30),
+        "set point 0.05 on every pod",
+        on_every_pod(0.05),
+    )
+    .await;
+
+    w.fleet.set(|k| {
+        backlog(k);
+        k.backoff = 0.9;
+        k.failure_rate = 0.16;
+        k.completion_rate = 12.0;
+        k.attempt_rate = 14.3;
+    });
+    let s = w
+        .wait_status(Duration::from_secs(90), "a fleet failure floor", |s| {
+            s.tracking.as_ref().and_then(|t| t.fleet_floor).is_some()
+        })
+        .await;
+    let f0 = s.tracking.and_then(|t| t.fleet_floor).unwrap();
+    // The floor is the lower of the failure rates at the evidence's start and now: a start
+    // window that straddled the fall of the load reads between the two loads' rates, so the
+    // floor may come out below 16 % (the conservative side: the workers throttle more), never
+    // above it, and never at or below 1.5x the set point.
+    assert!(f0 > 0.075 && f0 <= 0.17, "floor {f0}");
+    let pushed = ((f0 + 0.05 * (1.0 - f0)) * 1e6).round() / 1e6;
+    w.wait_for(
+        Duration::from_secs(30),
+        "the effective set point on every pod",
+        on_every_pod(pushed),
+    )
+    .await;
+    let events = w.scene.events_of(W, "FailureFloor").await;
+    assert!(
+        events.iter().any(|e| e
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("failure floor"))),
+        "{events:?}"
+    );
+
+    // Healed: the failures fall to the set point, the floor ends, the pods run 0.05 again.
+    w.fleet.set(busy);
+    w.wait_for(
+        Duration::from_secs(60),
+        "set point 0.05 again",
+        on_every_pod(0.05),
+    )
+    .await;
+    let s = w.status().await;
+    assert_eq!(s.tracking.and_then(|t| t.fleet_floor), None);
 }
 
 /// Issue 16, metrics-only workers: with `spec.worker.push: Disabled` the fleet is scaled out for

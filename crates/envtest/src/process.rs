@@ -174,11 +174,21 @@ pub fn free_port() -> Result<u16, Error> {
         .map_err(|e| Error::io("read a free port".into(), e))
 }
 
-/// Waits until something accepts TCP connections on `127.0.0.1:port`.
+/// A connection to a listener on `127.0.0.1:port`, None when nothing accepts it.
+///
+/// A connection whose local port is `port` itself is not a listener: polling a port of the
+/// ephemeral range while nothing listens can make the kernel pick that same port as the source,
+/// and TCP's simultaneous open then connects the socket to itself.
+pub fn connect(port: u16) -> Option<std::net::TcpStream> {
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    (s.local_addr().ok()?.port() != port).then_some(s)
+}
+
+/// Waits until something accepts TCP connections on `127.0.0.1:port` ([`connect`]).
 pub fn wait_for_port(port: u16, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if connect(port).is_some() {
             return true;
         }
         std::thread::sleep(Duration::from_millis(50));

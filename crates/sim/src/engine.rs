@@ -383,7 +383,10 @@ impl<'a> Simulation<'a> {
             initial_permits: 0,
             ..settings.clone()
         };
-        let new_pod = |fleet: &mut Fleet, ready_at: u64| {
+        // The set point the workers run: the scenario's, or the one the operator pushes
+        // (`Decision::worker_set_point`); a new pod starts with the one in force.
+        let mut set_point = settings.set_point;
+        let new_pod = |fleet: &mut Fleet, ready_at: u64, set_point: f64| {
             let seed = SimRng::derive_seed(s.seed, "controller", fleet.created);
             let settings = if ready_at == 0 {
                 &established
@@ -392,7 +395,13 @@ impl<'a> Simulation<'a> {
             };
             fleet.created += 1;
             let pod = Pod {
-                controller: controller::build(settings.clone(), seed),
+                controller: controller::build(
+                    Settings {
+                        set_point,
+                        ..settings.clone()
+                    },
+                    seed,
+                ),
                 in_flight: 0,
                 ready_at,
                 terminating: false,
@@ -413,7 +422,7 @@ impl<'a> Simulation<'a> {
             0
         };
         for _ in 0..s.fleet.replicas {
-            new_pod(&mut fleet, initial_ready_at);
+            new_pod(&mut fleet, initial_ready_at, set_point);
         }
         let mut desired = s.fleet.replicas;
         let mut regime: Option<Regime> = None;
@@ -579,6 +588,24 @@ impl<'a> Simulation<'a> {
                 if decision.regime.is_some() {
                     regime = decision.regime;
                 }
+                // The config push: every pod, at once (the operator pushes to all ready pods
+                // in one reconcile; the sim has no push latency).
+                if let Some(sp) = decision.worker_set_point
+                    && sp != set_point
+                {
+                    set_point = sp;
+                    for &i in &fleet.order {
+                        let c = &mut fleet.pods[i as usize].controller;
+                        let current = c.settings().clone();
+                        c.reconfigure(
+                            now,
+                            Settings {
+                                set_point,
+                                ..current
+                            },
+                        );
+                    }
+                }
                 if let (Some(p), Some(g)) = (producers.as_mut(), decision.producers.as_ref()) {
                     p.set_gate(Gate::from_state(g.state, g.rate));
                     producer_state = g.state;
@@ -604,7 +631,7 @@ impl<'a> Simulation<'a> {
                     let active = fleet.active();
                     if target > active {
                         for _ in active..target {
-                            new_pod(&mut fleet, tick + startup);
+                            new_pod(&mut fleet, tick + startup, set_point);
                             events += 1;
                         }
                     } else {

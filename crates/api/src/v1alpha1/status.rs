@@ -332,7 +332,8 @@ pub struct TrackingStatus {
     pub floor_evidence: Option<FloorEvidence>,
     /// The failure floor the fleet's load test found: the share of calls that kept failing at
     /// half the load (0 < floor <= `worker.floorMax`). It counts like the workers' own floor
-    /// until the failure rate falls to the set point or rises above `worker.floorMax`.
+    /// until the failure rate falls to the set point or rises above `worker.floorMax`, and
+    /// meanwhile the workers are pushed the set point `floor + setPoint·(1 − floor)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_floor: Option<f64>,
 }

@@ -111,6 +111,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::resolve::{Effective, QueueSource};
 pub use conditions::set_condition;
 use decider::{Decider, Outcome};
+pub use floor::{fleet_floor, worker_set_point};
 pub use not_ready::{invalid_spec, target_unavailable};
 pub use ramp::stage_target;
 pub use sizing::{Sizing, TOLERANCE};

@@ -307,7 +307,7 @@ fn fleet_dry_run_and_brake() {
     );
     let b = eff.brake.clone().unwrap();
     assert_eq!((b.min_backoff, b.policy.as_str()), (0.5, "pending"));
-    let cfg = render_worker_config(&eff, 3);
+    let cfg = render_worker_config(&eff, eff.worker.set_point, 3);
     assert_eq!(
         cfg.brake.as_ref().unwrap().expires_at_unix,
         Some(now().as_second() + 600)
@@ -469,7 +469,7 @@ fn worker_config_renders_with_hash() {
         ..Default::default()
     });
     let eff = resolve(&s, &[], now()).unwrap();
-    let cfg = render_worker_config(&eff, 7);
+    let cfg = render_worker_config(&eff, eff.worker.set_point, 7);
     assert_eq!(cfg.generation, 7);
     assert_eq!(cfg.set_point, 0.1);
     assert_eq!(cfg.max_permits, 8);
@@ -480,7 +480,8 @@ fn worker_config_renders_with_hash() {
     let bytes = serde_json::to_vec(&cfg).unwrap();
     assert_eq!(WorkerConfig::parse(&bytes).unwrap(), cfg);
     // Defaults render the same payload as the wire contract's default.
-    let default_cfg = render_worker_config(&resolve(&spec(), &[], now()).unwrap(), 0);
+    let default_eff = resolve(&spec(), &[], now()).unwrap();
+    let default_cfg = render_worker_config(&default_eff, default_eff.worker.set_point, 0);
     assert_eq!(default_cfg, WorkerConfig::default());
 }
 
@@ -643,7 +644,8 @@ fn a_tiny_set_point_or_a_duration_over_a_day_is_an_error_naming_the_field() {
 fn optional_worker_settings_render_only_when_set_and_keep_old_hashes() {
     // Unset anywhere: left out of the payload, so the hash of a payload of an object that does
     // not use them is what it was before the fields existed.
-    let plain = render_worker_config(&resolve(&spec(), &[], now()).unwrap(), 0);
+    let plain_eff = resolve(&spec(), &[], now()).unwrap();
+    let plain = render_worker_config(&plain_eff, plain_eff.worker.set_point, 0);
     let json = serde_json::to_value(&plain).unwrap();
     for absent in [
         "initialPermits",
@@ -702,7 +704,7 @@ fn optional_worker_settings_render_only_when_set_and_keep_old_hashes() {
         w.redelivery,
         Some((Duration::from_secs(30), Duration::from_secs(480)))
     );
-    let cfg = render_worker_config(&eff, 1);
+    let cfg = render_worker_config(&eff, eff.worker.set_point, 1);
     assert_eq!(cfg.initial_permits, Some(0));
     assert_eq!(cfg.ratio_window_ms, Some(10_000));
     assert_eq!(cfg.brake_release_ms, Some(120_000));
@@ -766,7 +768,7 @@ fn optional_worker_settings_out_of_range_name_the_field() {
 fn worker_push_resolves_by_precedence_and_stays_out_of_the_payload() {
     let eff = resolve(&spec(), &inputs(&[]), now()).unwrap();
     assert!(eff.worker.push, "pushes by default");
-    let pushed = render_worker_config(&eff, 1).with_hash();
+    let pushed = render_worker_config(&eff, eff.worker.set_point, 1).with_hash();
 
     let policies = vec![policy(
         "metrics-only",
@@ -776,7 +778,12 @@ fn worker_push_resolves_by_precedence_and_stays_out_of_the_payload() {
     )];
     let eff = resolve(&spec(), &inputs(&policies), now()).unwrap();
     assert!(!eff.worker.push, "the policy's default applies");
-    assert_eq!(render_worker_config(&eff, 1).with_hash().hash, pushed.hash);
+    assert_eq!(
+        render_worker_config(&eff, eff.worker.set_point, 1)
+            .with_hash()
+            .hash,
+        pushed.hash
+    );
 
     let mut s = spec();
     s.worker = Some(serde_json::from_value(serde_json::json!({"push": "Enabled"})).unwrap());

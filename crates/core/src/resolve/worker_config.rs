@@ -25,16 +25,22 @@ pub fn next_config_generation(previous: Option<(&str, i64)>, hash: &str, now: Ti
 
 /// Renders the worker configuration payload (wire contract) with its hash.
 ///
-/// `generation` must grow whenever the payload changes ([`next_config_generation`]); workers
-/// refuse a generation older than the one they run.
-pub fn render_worker_config(effective: &Effective, generation: i64) -> WorkerConfig {
+/// `set_point` is the one the workers run: `effective.worker.set_point`, or above it while the
+/// fleet has a failure floor (`decide::worker_set_point`). `generation` must grow whenever the
+/// payload changes ([`next_config_generation`]); workers refuse a generation older than the one
+/// they run.
+pub fn render_worker_config(
+    effective: &Effective,
+    set_point: f64,
+    generation: i64,
+) -> WorkerConfig {
     let w = &effective.worker;
     WorkerConfig {
         version: WIRE_VERSION.to_owned(),
         generation,
         hash: String::new(),
         algorithm: w.algorithm,
-        set_point: w.set_point,
+        set_point,
         reaction: w.reaction,
         max_permits: w.max_permits,
         probe_initial_ms: millis(w.probe_initial).max(1),

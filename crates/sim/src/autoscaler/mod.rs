@@ -69,6 +69,9 @@ pub struct Decision {
     pub requeue_after: Option<f64>,
     /// The producer state, for an autoscaler that controls the producers.
     pub producers: Option<ProducerGate>,
+    /// The set point the workers are to run (ours: the config push,
+    /// `decide::worker_set_point`); `None`: the scenario's.
+    pub worker_set_point: Option<f64>,
 }
 
 /// The producer state decided with the replicas (ours with `spec.producers`).
@@ -93,6 +96,7 @@ impl Decision {
             reason: String::new(),
             requeue_after: None,
             producers: None,
+            worker_set_point: None,
         }
     }
 }

@@ -166,6 +166,8 @@ impl Autoscaler for Ours {
             metrics_error: None,
             config: None,
         };
+        // The operator's config step runs before `decide`, on the last status.
+        let worker_set_point = decide::worker_set_point(&self.effective, self.status.as_ref());
         let d = decide::decide(&self.effective, self.status.as_ref(), &observation);
         let desired = d.scale_to().map_or(obs.replicas, to_u32);
         let mut status = d.status;
@@ -188,6 +190,7 @@ impl Autoscaler for Ours {
             reason: d.reason,
             requeue_after: Some(d.requeue_after.as_secs_f64()),
             producers,
+            worker_set_point: Some(worker_set_point),
         };
         self.status = Some(status);
         out

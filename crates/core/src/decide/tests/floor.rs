@@ -60,7 +60,10 @@ fn failures_that_stay_while_the_calls_halve_are_a_floor_and_release_the_hold() {
     assert_eq!(events[0].type_, EventType::Normal);
     assert!(
         events[0].message.contains("failure floor 16.0%")
-            && events[0].message.contains("effective set point 20.2%"),
+            && events[0].message.contains("effective set point 20.2%")
+            && events[0].message.contains(
+                "pushed set point 20.2% until the failures fall to 5.0% or rise above 25.0%"
+            ),
         "{}",
         events[0].message
     );
@@ -189,4 +192,91 @@ fn a_floor_written_into_the_status_by_hand_is_not_trusted() {
     let d = w.step(15);
     assert_eq!(fleet_floor(&w), None, "{}", d.reason);
     assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+}
+
+/// The workers run the set point `decide` holds against: the spec's without a floor, the
+/// effective one `f0 + s·(1 − f0)` while the fleet has one, the spec's again when it ends.
+#[test]
+fn the_pushed_set_point_follows_the_fleet_floor() {
+    let eff = defaults();
+    let mut w = busy_fleet(eff.clone());
+    assert_eq!(
+        crate::decide::worker_set_point(&eff, w.status.as_ref()),
+        0.05
+    );
+    steps(&mut w, 9, 0.9, 0.16, 12.0);
+    assert_eq!(fleet_floor(&w), Some(0.16));
+    assert_eq!(
+        crate::decide::fleet_floor(&eff, w.status.as_ref()),
+        Some(0.16)
+    );
+    // 0.16 + 0.05 × 0.84
+    assert_eq!(
+        crate::decide::worker_set_point(&eff, w.status.as_ref()),
+        0.202
+    );
+    // Healed: the failure rate at the set point ends the floor and the push goes back to s.
+    steps(&mut w, 1, 0.0, 0.04, 180.0);
+    assert_eq!(fleet_floor(&w), None);
+    assert_eq!(
+        crate::decide::worker_set_point(&eff, w.status.as_ref()),
+        0.05
+    );
+}
+
+/// A floor edited into the status by hand is not pushed: the workers' set point moves only
+/// within what the load test can write (above `s`, at most `floorMax`).
+#[test]
+fn a_floor_written_into_the_status_by_hand_is_not_pushed() {
+    let eff = defaults();
+    let mut w = busy_fleet(eff.clone());
+    for (forged, pushed) in [
+        (0.9, 0.05),
+        (f64::NAN, 0.05),
+        (f64::INFINITY, 0.05),
+        (0.01, 0.05),
+        (0.25, 0.2875),
+    ] {
+        let tracking = w.status.as_mut().unwrap().tracking.get_or_insert_default();
+        tracking.fleet_floor = Some(forged);
+        assert_eq!(
+            crate::decide::worker_set_point(&eff, w.status.as_ref()),
+            pushed,
+            "forged floor {forged}"
+        );
+    }
+}
+
+/// A small fleet (the lab's): about one call per second at the lower load, 15 % failing. One
+/// window alone (about 70 calls) is not significantly above `1.5 × s`; the two windows of the
+/// evidence pooled are.
+#[test]
+fn a_small_fleet_finds_its_floor_from_the_two_windows_pooled() {
+    let mut w = busy_fleet(defaults());
+    let ds = steps(&mut w, 12, 0.9, 0.15, 1.0);
+    assert_eq!(found(&ds).len(), 1, "{:?}", ds.last().map(|d| &d.reason));
+    assert_eq!(fleet_floor(&w), Some(0.15));
+}
+
+/// The same small fleet with 9 % failing: above `1.5 × s` in every window, but not
+/// significantly at its few calls, so no floor however long it lasts.
+#[test]
+fn a_small_fleet_slightly_above_the_threshold_is_not_a_floor() {
+    let mut w = busy_fleet(defaults());
+    let ds = steps(&mut w, 30, 0.9, 0.09, 1.0);
+    assert!(found(&ds).is_empty(), "{:?}", found(&ds));
+    assert_eq!(fleet_floor(&w), None);
+}
+
+/// The window where the evidence begins straddles the fall of the load and reads low (11 %
+/// for a floor of 16 %): pooled with the later windows it is not significant at a small
+/// fleet's calls, so the evidence starts again from a window wholly at the lower load, and
+/// the floor is the 16 % of the windows after the fall, not the start's 11 %.
+#[test]
+fn a_start_window_that_straddles_the_fall_of_the_load_does_not_stick() {
+    let mut w = busy_fleet(defaults());
+    let mut ds = steps(&mut w, 1, 0.9, 0.112, 1.0);
+    ds.extend(steps(&mut w, 20, 0.9, 0.16, 1.0));
+    assert_eq!(found(&ds).len(), 1, "{:?}", ds.last().map(|d| &d.reason));
+    assert_eq!(fleet_floor(&w), Some(0.16));
 }

@@ -210,6 +210,7 @@ impl Autoscaler for Hpa {
                 reason: format!("{what}: {why}"),
                 requeue_after: None,
                 producers: None,
+                worker_set_point: None,
             };
             if spec_replicas == 0 {
                 return if active {
@@ -267,6 +268,7 @@ impl Autoscaler for Hpa {
             reason,
             requeue_after: None,
             producers: None,
+            worker_set_point: None,
         }
     }
 }
