@@ -59,6 +59,9 @@ const BASE: &str = "/var/lib/backpressure-envtest";
 /// The comment on the harness's own iptables rules.
 const RULE_COMMENT: &str = "backpressure-envtest-node";
 /// The Debian binaries the node runs.
+/// How many times the kubelet is restarted when it exits on its own (systemd restarts a real
+/// node's kubelet; 1.35.4 has been seen to die at start-up on a concurrent map access).
+const KUBELET_RESTARTS: u32 = 3;
 const RUNC: &str = "/usr/sbin/runc";
 const CNI_BIN: &str = "/usr/lib/cni";
 
@@ -181,7 +184,7 @@ impl NodeCluster {
             ),
         )
         .map_err(|e| Error::io("write the kubelet config".into(), e))?;
-        let kubelet = Supervised::spawn(
+        let kubelet = Supervised::spawn_restarting(
             "kubelet",
             &bin.join("kubelet"),
             &[
@@ -194,6 +197,7 @@ impl NodeCluster {
                 "--v=1".into(),
             ],
             &dir.join("kubelet.log"),
+            KUBELET_RESTARTS,
         )?;
         cluster.processes.push(kubelet);
 

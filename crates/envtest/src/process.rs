@@ -30,6 +30,39 @@ while kill -0 "$watch" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 0.3
 stop
 "#;
 
+/// [`WATCHDOG`] that also restarts the server when it exits on its own, as systemd's
+/// `Restart=always` does for a node's kubelet: at most `$2` times, 1 s apart, each restart
+/// written to the log. A stop or a kill ends the server without a restart.
+const RESTARTING_WATCHDOG: &str = r#"
+watch=$1; max=$2; shift 2
+"$@" &
+child=$!
+stop() {
+  kill -TERM "$child" 2>/dev/null
+  i=0
+  while kill -0 "$child" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  kill -KILL "$child" 2>/dev/null
+  wait "$child" 2>/dev/null
+  exit 0
+}
+trap stop TERM INT
+trap 'kill -KILL "$child" 2>/dev/null; wait "$child" 2>/dev/null; exit 0' USR1
+restarts=0
+while kill -0 "$watch" 2>/dev/null; do
+  if ! kill -0 "$child" 2>/dev/null; then
+    wait "$child"; rc=$?
+    [ "$restarts" -ge "$max" ] && break
+    restarts=$((restarts+1))
+    echo "watchdog: $1 exited with status $rc; restart $restarts of $max in 1 s" >&2
+    sleep 1
+    "$@" &
+    child=$!
+  fi
+  sleep 0.3
+done
+stop
+"#;
+
 /// A supervised server process with its log file.
 #[derive(Debug)]
 pub struct Supervised {
@@ -44,9 +77,37 @@ impl Supervised {
         Self::spawn_with_env(name, program, args, &[], log)
     }
 
+    /// [`Supervised::spawn`] for a server that its host would restart when it exits on its
+    /// own (a node's kubelet under systemd): restarted up to `max_restarts` times. A start-up
+    /// crash of the server itself (the kubelet 1.35 can die on a concurrent map access while
+    /// it registers its node) then costs a restart, not the test.
+    pub fn spawn_restarting(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+        max_restarts: u32,
+    ) -> Result<Self, Error> {
+        let watch = [max_restarts.to_string()];
+        Self::spawn_script(name, RESTARTING_WATCHDOG, &watch, program, args, &[], log)
+    }
+
     /// [`Supervised::spawn`] with extra environment variables (set even when empty).
     pub fn spawn_with_env(
         name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<Self, Error> {
+        Self::spawn_script(name, WATCHDOG, &[], program, args, env, log)
+    }
+
+    /// Runs `script` (a watchdog) with the test's pid, `watch_args`, the program and its args.
+    fn spawn_script(
+        name: &str,
+        script: &str,
+        watch_args: &[String],
         program: &Path,
         args: &[String],
         env: &[(&str, &str)],
@@ -62,9 +123,10 @@ impl Supervised {
             .map_err(|e| Error::io(format!("open log {}", log.display()), e))?;
         let watchdog = Command::new("sh")
             .arg("-c")
-            .arg(WATCHDOG)
+            .arg(script)
             .arg("watchdog")
             .arg(std::process::id().to_string())
+            .args(watch_args)
             .arg(program)
             .args(args)
             .envs(env.iter().copied())
@@ -194,4 +256,58 @@ pub fn wait_for_port(port: u16, timeout: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait_exit(p: &mut Supervised, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if !p.is_running() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    fn count(log: &Path, needle: &str) -> usize {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    #[test]
+    fn a_server_that_exits_on_its_own_is_restarted_up_to_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("crash.log");
+        let args = ["-c".to_owned(), "echo started; exit 2".to_owned()];
+        let mut p =
+            Supervised::spawn_restarting("crash", Path::new("/bin/sh"), &args, &log, 2).unwrap();
+        assert!(wait_exit(&mut p, Duration::from_secs(15)));
+        assert_eq!(count(&log, "started"), 3, "{}", tail(&log, 20));
+        assert_eq!(count(&log, "exited with status 2"), 2, "{}", tail(&log, 20));
+    }
+
+    #[test]
+    fn a_stopped_server_is_not_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let args = ["-c".to_owned(), "echo started; exec sleep 60".to_owned()];
+        let mut p =
+            Supervised::spawn_restarting("server", Path::new("/bin/sh"), &args, &log, 5).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while count(&log, "started") == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        p.stop();
+        assert!(!p.is_running());
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(count(&log, "started"), 1, "{}", tail(&log, 20));
+        assert_eq!(count(&log, "restart"), 0, "{}", tail(&log, 20));
+    }
 }
