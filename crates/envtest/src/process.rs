@@ -12,28 +12,11 @@ use std::time::{Duration, Instant};
 
 use crate::Error;
 
+/// The watchdog: `$1` is the test process, `$2` how many times the server is restarted when it
+/// exits on its own (0 for most; systemd's `Restart=always` for a node's kubelet), 1 s apart,
+/// each restart written to the log. A stop (TERM) or a kill (USR1) ends the server without a
+/// restart.
 const WATCHDOG: &str = r#"
-watch=$1; shift
-"$@" &
-child=$!
-stop() {
-  kill -TERM "$child" 2>/dev/null
-  i=0
-  while kill -0 "$child" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-  kill -KILL "$child" 2>/dev/null
-  wait "$child" 2>/dev/null
-  exit 0
-}
-trap stop TERM INT
-trap 'kill -KILL "$child" 2>/dev/null; wait "$child" 2>/dev/null; exit 0' USR1
-while kill -0 "$watch" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 0.3; done
-stop
-"#;
-
-/// [`WATCHDOG`] that also restarts the server when it exits on its own, as systemd's
-/// `Restart=always` does for a node's kubelet: at most `$2` times, 1 s apart, each restart
-/// written to the log. A stop or a kill ends the server without a restart.
-const RESTARTING_WATCHDOG: &str = r#"
 watch=$1; max=$2; shift 2
 "$@" &
 child=$!
@@ -88,8 +71,7 @@ impl Supervised {
         log: &Path,
         max_restarts: u32,
     ) -> Result<Self, Error> {
-        let watch = [max_restarts.to_string()];
-        Self::spawn_script(name, RESTARTING_WATCHDOG, &watch, program, args, &[], log)
+        Self::spawn_script(name, max_restarts, program, args, &[], log)
     }
 
     /// [`Supervised::spawn`] with extra environment variables (set even when empty).
@@ -100,14 +82,13 @@ impl Supervised {
         env: &[(&str, &str)],
         log: &Path,
     ) -> Result<Self, Error> {
-        Self::spawn_script(name, WATCHDOG, &[], program, args, env, log)
+        Self::spawn_script(name, 0, program, args, env, log)
     }
 
-    /// Runs `script` (a watchdog) with the test's pid, `watch_args`, the program and its args.
+    /// Runs the program under [`WATCHDOG`], restarted up to `max_restarts` times.
     fn spawn_script(
         name: &str,
-        script: &str,
-        watch_args: &[String],
+        max_restarts: u32,
         program: &Path,
         args: &[String],
         env: &[(&str, &str)],
@@ -123,10 +104,10 @@ impl Supervised {
             .map_err(|e| Error::io(format!("open log {}", log.display()), e))?;
         let watchdog = Command::new("sh")
             .arg("-c")
-            .arg(script)
+            .arg(WATCHDOG)
             .arg("watchdog")
             .arg(std::process::id().to_string())
-            .args(watch_args)
+            .arg(max_restarts.to_string())
             .arg(program)
             .args(args)
             .envs(env.iter().copied())
