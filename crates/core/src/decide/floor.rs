@@ -1,5 +1,5 @@
 //! The fleet's failure floor: failures that stayed where they were when the fleet's own load
-//! fell by half.
+//! fell by a quarter or more, below the point where an overload's failures would be gone.
 //!
 //! The workers learn a failure floor from their own experiments (the worker library's
 //! `SetPoint` docs): outcomes at minimal concurrency after a full backoff. That takes minutes, and
@@ -17,15 +17,17 @@
 //!   calls doubles it, and the test only compares it with itself).
 //! - The reference is the highest recent call rate (`status.tracking.loadPeak`), forgotten 10
 //!   minutes after the fleet last ran at 80 % of it.
-//! - **Evidence** (`status.tracking.floorEvidence`): the call rate is at most half the
-//!   reference, and the failure rate is above `1.5 × s` and at most `worker.floorMax`. A
+//! - **Evidence** (`status.tracking.floorEvidence`): the call rate is at most `0.8·(1 − s)` of
+//!   the reference, and the failure rate is above `0.5 × s` and at most `worker.floorMax`. A
 //!   failure rate that has moved by more than `2·√2·σ` since the evidence began (the spread of
 //!   a difference of two window estimates, `σ = sqrt(f(1 − f)/n)` with `n = a ×
 //!   metrics.rateWindow` calls in a window) starts it again from here.
 //! - After two `metrics.rateWindow`s of evidence (so the failure rate covers only calls at the
 //!   lower load, twice), the failure rates at its start and now, two windows with no call in
 //!   common, are pooled: their mean must be significantly above `1.5 × s` (`mean − 2·σ/√2`
-//!   is; if not, the evidence starts again from now). Then the fleet's floor is the lower of the two, capped at `worker.floorMax`
+//!   is), or significantly between `0.5 × s` and `0.95 × s` (`mean − 2·σ/√2` above the one,
+//!   `mean + 2·σ/√2` and both windows under the other); if not, the evidence starts again
+//!   from now. Then the fleet's floor is the lower of the two, capped at `worker.floorMax`
 //!   (`status.tracking.fleetFloor`; event `FailureFloor`). Pooled rather than each window
 //!   tested alone: a small fleet (the lab's 50-100 calls per window at 15 %) passes a
 //!   one-window test only about every other window and never gathered its evidence.
@@ -34,19 +36,32 @@
 //!   window alone: the lab's 10-s windows at a few calls per second read 22.7 % for 15 %.
 //!
 //! Why this tells the classes apart. In an **overload** the failures are the calls above what
-//! the dependency can take, `f = 1 − C/a`: halving `a` from anywhere above `C` brings `f` down
-//! to the set point within a rate window (the workers' integrators keep pushing `a` down until it
-//! is), so the evidence breaks. A **load-independent** failure stays at `f0` whatever `a` is. An
+//! the dependency can take, `f = 1 − C/a`. The reference is at least the overload's
+//! equilibrium `C/(1 − s)` (the workers push the calls down to it, no further), so calls at
+//! `0.8·(1 − s)` of it are at most `0.8·C` and their overload failures are gone: the evidence
+//! breaks. An overload *held* at the workers' equilibrium after the dependency lost capacity
+//! (the reference is the calls before the loss) keeps `f` at the set point, on average a little
+//! under it (0.97 of it in the simulator's quota overload): a floor under the set point must be
+//! significantly under `0.95 × s`, and a floor above it significantly above `1.5 × s`, where
+//! the workers' equilibrium does not wobble. A **load-independent** failure stays at `f0` whatever `a` is. An
 //! **outage** fails above `floorMax` (most calls fail), and the calls at the end of one fail less
-//! and less as capacity returns: the stability band breaks the evidence. **Noise** near the
-//! set point never halves the fleet's calls nor reaches `1.5 × s` significantly. The load test
+//! and less as capacity returns: the stability band breaks the evidence. **Noise** just under
+//! the set point (a background share failing whatever the load, with short bursts over the set
+//! point: the simulator's scenario 8) is a floor under the set point: after a burst the workers
+//! back off, the calls fall, and the background failures stay where they were. Found, it makes
+//! the next burst count against `f0 + s·(1 − f0)` and releases the hold the last one caused
+//! (without it, the fleet backoff the bursts leave latched the hold for 37 minutes per hour).
+//! Below `0.5 × s` a floor would leave the workers almost all of their set point and is not
+//! looked for. The load test
 //! is the fleet's: another client of the same dependency that keeps its load while ours halves
 //! (a shared overload) can pass it; then the hold still comes back as soon as the failure rate
 //! rises above the effective set point (`f0 + s·(1 − f0)`).
 //!
 //! The floor counts like the workers' own: `decide` uses the higher of the two
 //! ([`super::FleetMetrics::effective_set_point`]). It ends when the failure rate falls to the
-//! set point (healed) or rises above `worker.floorMax` (an outage is not a floor). `floorMax: 0`
+//! set point or to half the floor, whichever is lower (healed; a floor under the set point
+//! sits at the set point's level), or rises above `worker.floorMax` (an outage is not a
+//! floor). `floorMax: 0`
 //! turns it off with the workers' own floor.
 
 use std::time::Duration;
@@ -63,10 +78,23 @@ use crate::resolve::Effective;
 const PEAK_MEMORY: Duration = Duration::from_secs(600);
 /// "Near" the reference: at least this share of it.
 const NEAR_PEAK: f64 = 0.8;
-/// The call rate must fall to at most this share of the reference.
-const LOAD_DROP: f64 = 0.5;
-/// A floor is found only above this multiple of the set point (as in the workers).
+/// The call rate must fall to at most this share of the reference, times `1 − s`: an overload's
+/// reference is at least its equilibrium `C/(1 − s)`, so at this share the calls are at most
+/// `0.8·C` and its overload failures are gone.
+const LOAD_DROP: f64 = 0.8;
+/// A floor above the set point must be significantly above this multiple of it (as in the
+/// workers): between `s` and `1.5·s` the workers' own equilibrium wobbles.
 const ADOPT: f64 = 1.5;
+/// A floor under the set point must be significantly above this share of it (less eats too
+/// little of the set point to matter) ...
+const ADOPT_LOW: f64 = 0.5;
+/// ... and significantly under this share of it: an overload held at the workers' equilibrium
+/// averages just under the set point (0.97 of it in the simulator's quota overload), and a
+/// large fleet's windows are precise enough to make that "significant".
+const BELOW_SET_POINT: f64 = 0.95;
+/// A floor ends when the failures fall to the set point or to this share of it, whichever is
+/// lower.
+const HEALED: f64 = 0.5;
 /// Standard errors of the significance tests.
 const Z: f64 = 2.0;
 /// Rate windows the evidence must last.
@@ -125,8 +153,8 @@ impl Decider<'_> {
         });
         self.tracking.load_peak = Some(peak.clone());
 
-        if self.tracking.fleet_floor.is_some() {
-            if f <= s || f > max {
+        if let Some(f0) = self.tracking.fleet_floor {
+            if f <= s.min(HEALED * f0) || f > max {
                 self.tracking.fleet_floor = None;
             }
             self.tracking.floor_evidence = None;
@@ -139,7 +167,7 @@ impl Decider<'_> {
         } else {
             f64::INFINITY
         };
-        let evidence = calls <= LOAD_DROP * peak.calls && f > ADOPT * s && f <= max;
+        let evidence = calls <= LOAD_DROP * (1.0 - s) * peak.calls && f > ADOPT_LOW * s && f <= max;
         if !evidence {
             self.tracking.floor_evidence = None;
             return None;
@@ -166,11 +194,18 @@ impl Decider<'_> {
             return None;
         }
         // The windows at the start and now share no call: their mean has the spread of one
-        // window over √2, and must be significantly above `1.5 × s`. When it is not, the
-        // evidence starts again from this window (a start that straddled the fall of the load
-        // reads low and would otherwise weigh on every later test).
+        // window over √2, and must be significantly above `1.5·s`, or significantly between
+        // `0.5·s` and `0.95·s` (module docs). When it is not, the evidence starts again from
+        // this window (a start that straddled the fall of the load reads low and would
+        // otherwise weigh on every later test).
         let mean = 0.5 * (f + started);
-        if mean - Z * sigma / std::f64::consts::SQRT_2 <= ADOPT * s {
+        let spread = Z * sigma / std::f64::consts::SQRT_2;
+        let f0 = round3(f.min(started).min(max));
+        let above = mean - spread > ADOPT * s;
+        let below = mean - spread > ADOPT_LOW * s
+            && mean + spread < BELOW_SET_POINT * s
+            && f.max(started) < BELOW_SET_POINT * s;
+        if !(above || below) || f0 <= ADOPT_LOW * s {
             self.tracking.floor_evidence = Some(FloorEvidence {
                 since: Time(now),
                 failure_rate: round3(f),
@@ -178,7 +213,6 @@ impl Decider<'_> {
             self.due(super::time::plus(now, needed));
             return None;
         }
-        let f0 = round3(f.min(started).min(max));
         self.tracking.floor_evidence = None;
         self.tracking.fleet_floor = Some(f0);
         Some(f0)
@@ -195,11 +229,11 @@ fn floor_max(eff: &Effective) -> f64 {
 }
 
 /// A floor read from the status, when it is within the bounds the load test writes: finite,
-/// above the set point and at most `floorMax` (a status edited by hand must not lift the set
+/// above half the set point and at most `floorMax` (a status edited by hand must not lift the set
 /// point past what the spec allows).
 fn trusted(eff: &Effective, floor: Option<f64>) -> Option<f64> {
     let (s, max) = (eff.worker.set_point, floor_max(eff));
-    floor.filter(|f0| f0.is_finite() && *f0 > s && *f0 <= max)
+    floor.filter(|f0| f0.is_finite() && *f0 > ADOPT_LOW * s && *f0 <= max)
 }
 
 /// The fleet's failure floor in `status` (`status.tracking.fleetFloor`), if it is one the load
@@ -262,7 +296,7 @@ pub(super) fn found_event(f0: f64, state: &Decider<'_>) -> super::DecisionEvent 
         f0 * 100.0,
         state.fleet.effective_set_point(state.eff.worker.set_point) * 100.0,
         pushed(f0, state.eff.worker.set_point) * 100.0,
-        state.eff.worker.set_point * 100.0,
+        state.eff.worker.set_point.min(HEALED * f0) * 100.0,
         floor_max(state.eff) * 100.0,
     );
     super::DecisionEvent {

@@ -25,7 +25,7 @@
 //! and `s_eff` the effective set point ([`FleetMetrics::effective_set_point`]); an unknown
 //! failure rate counts as above it. The failure floor is the higher of the workers' (their own
 //! experiments) and the fleet's (its load test: failures that stayed where they were while the
-//! fleet's calls fell by half, `floor.rs`).
+//! fleet's calls fell by a quarter or more, `floor.rs`).
 //!
 //! * **Healthy / Backlogged**: HPA-like sizing from the queue ([`sizing`]): `Backlogged` when the
 //!   queue needs more than it gets. Scale-out is limited to `max(maxPods, maxPercent%)` per
