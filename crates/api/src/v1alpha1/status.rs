@@ -327,13 +327,14 @@ pub struct TrackingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_peak: Option<LoadPeak>,
     /// Since when the fleet's failures have stayed where they were while its calls were at most
-    /// half of `loadPeak`, and the failure rate when that began.
+    /// `0.8·(1 − setPoint)` of `loadPeak`, and the failure rate when that began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floor_evidence: Option<FloorEvidence>,
-    /// The failure floor the fleet's load test found: the share of calls that kept failing at
-    /// half the load (0 < floor <= `worker.floorMax`). It counts like the workers' own floor
-    /// until the failure rate falls to the set point or rises above `worker.floorMax`, and
-    /// meanwhile the workers are pushed the set point `floor + setPoint·(1 − floor)`.
+    /// The failure floor the fleet's load test found: the share of calls that kept failing
+    /// while the fleet's calls fell (`setPoint/2` < floor <= `worker.floorMax`). It counts like
+    /// the workers' own floor until the failure rate falls to the set point or to half the
+    /// floor, whichever is lower, or rises above `worker.floorMax`, and meanwhile the workers
+    /// are pushed the set point `floor + setPoint·(1 − floor)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_floor: Option<f64>,
 }

@@ -26,7 +26,8 @@
 //!   lower load, twice), the failure rates at its start and now, two windows with no call in
 //!   common, are pooled: their mean must be significantly above `1.5 × s` (`mean − 2·σ/√2`
 //!   is), or significantly between `0.5 × s` and `0.95 × s` (`mean − 2·σ/√2` above the one,
-//!   `mean + 2·σ/√2` and both windows under the other); if not, the evidence starts again
+//!   `mean + 2·σ/√2` under the other; the stability band keeps both windows on the same side
+//!   of each bound as their mean); if not, the evidence starts again
 //!   from now. Then the fleet's floor is the lower of the two, capped at `worker.floorMax`
 //!   (`status.tracking.fleetFloor`; event `FailureFloor`). Pooled rather than each window
 //!   tested alone: a small fleet (the lab's 50-100 calls per window at 15 %) passes a
@@ -201,10 +202,10 @@ impl Decider<'_> {
         let mean = 0.5 * (f + started);
         let spread = Z * sigma / std::f64::consts::SQRT_2;
         let f0 = round3(f.min(started).min(max));
+        // The stability band keeps the two windows within `spread` of their mean, so both are
+        // on the side of the bound their mean is.
         let above = mean - spread > ADOPT * s;
-        let below = mean - spread > ADOPT_LOW * s
-            && mean + spread < BELOW_SET_POINT * s
-            && f.max(started) < BELOW_SET_POINT * s;
+        let below = mean - spread > ADOPT_LOW * s && mean + spread < BELOW_SET_POINT * s;
         if !(above || below) || f0 <= ADOPT_LOW * s {
             self.tracking.floor_evidence = Some(FloorEvidence {
                 since: Time(now),
