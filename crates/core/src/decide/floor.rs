@@ -27,8 +27,8 @@
 //!   common, are pooled: their mean must be significantly above `1.5 × s` (`mean − 2·σ/√2`
 //!   is), or significantly between `0.5 × s` and `0.95 × s` (`mean − 2·σ/√2` above the one,
 //!   `mean + 2·σ/√2` under the other; the stability band keeps both windows on the same side
-//!   of each bound as their mean); if not, the evidence starts again
-//!   from now. Then the fleet's floor is the lower of the two, capped at `worker.floorMax`
+//!   of each bound as their mean); if not, the evidence starts again from now. Then the
+//!   fleet's floor is the lower of the two, capped at `worker.floorMax`
 //!   (`status.tracking.fleetFloor`; event `FailureFloor`). Pooled rather than each window
 //!   tested alone: a small fleet (the lab's 50-100 calls per window at 15 %) passes a
 //!   one-window test only about every other window and never gathered its evidence.
@@ -36,25 +36,24 @@
 //!   aborted its ramp on the first noisy window above the effective set point; not the last
 //!   window alone: the lab's 10-s windows at a few calls per second read 22.7 % for 15 %.
 //!
-//! Why this tells the classes apart. In an **overload** the failures are the calls above what
-//! the dependency can take, `f = 1 − C/a`. The reference is at least the overload's
-//! equilibrium `C/(1 − s)` (the workers push the calls down to it, no further), so calls at
-//! `0.8·(1 − s)` of it are at most `0.8·C` and their overload failures are gone: the evidence
-//! breaks. An overload *held* at the workers' equilibrium after the dependency lost capacity
-//! (the reference is the calls before the loss) keeps `f` at the set point, on average a little
-//! under it (0.97 of it in the simulator's quota overload): a floor under the set point must be
-//! significantly under `0.95 × s`, and a floor above it significantly above `1.5 × s`, where
-//! the workers' equilibrium does not wobble. A **load-independent** failure stays at `f0` whatever `a` is. An
-//! **outage** fails above `floorMax` (most calls fail), and the calls at the end of one fail less
-//! and less as capacity returns: the stability band breaks the evidence. **Noise** just under
-//! the set point (a background share failing whatever the load, with short bursts over the set
-//! point: the simulator's scenario 8) is a floor under the set point: after a burst the workers
-//! back off, the calls fall, and the background failures stay where they were. Found, it makes
-//! the next burst count against `f0 + s·(1 − f0)` and releases the hold the last one caused
-//! (without it, the fleet backoff the bursts leave latched the hold for 37 minutes per hour).
-//! Below `0.5 × s` a floor would leave the workers almost all of their set point and is not
-//! looked for. The load test
-//! is the fleet's: another client of the same dependency that keeps its load while ours halves
+//! Why this tells the classes apart. In an **overload** the failures are the calls above what the
+//! dependency can take, `f = 1 − C/a`. The reference is at least the overload's equilibrium
+//! `C/(1 − s)` (the workers push the calls down to it, no further), so calls at `0.8·(1 − s)` of
+//! it are at most `0.8·C` and their overload failures are gone: the evidence breaks. An overload
+//! *held* at the workers' equilibrium after the dependency lost capacity (the reference is the
+//! calls before the loss) keeps `f` at the set point, on average a little under it (0.97 of it in
+//! the simulator's quota overload): a floor under the set point must be significantly under
+//! `0.95 × s`, and a floor above it significantly above `1.5 × s`, where the workers' equilibrium
+//! does not wobble. A **load-independent** failure stays at `f0` whatever `a` is. An **outage**
+//! fails above `floorMax` (most calls fail), and the calls at the end of one fail less and less as
+//! capacity returns: the stability band breaks the evidence. **Noise** just under the set point (a
+//! background share failing whatever the load, with short bursts over the set point: the
+//! simulator's scenario 8) is a floor under the set point: after a burst the workers back off, the
+//! calls fall, and the background failures stay where they were. Found, it makes the next burst
+//! count against `f0 + s·(1 − f0)` and releases the hold the last one caused (without it, the
+//! fleet backoff the bursts leave latched the hold for 37 minutes per hour). Below `0.5 × s` a
+//! floor would leave the workers almost all of their set point and is not looked for. The load
+//! test is the fleet's: another client of the same dependency that keeps its load while ours falls
 //! (a shared overload) can pass it; then the hold still comes back as soon as the failure rate
 //! rises above the effective set point (`f0 + s·(1 − f0)`).
 //!
@@ -62,8 +61,7 @@
 //! ([`super::FleetMetrics::effective_set_point`]). It ends when the failure rate falls to the
 //! set point or to half the floor, whichever is lower (healed; a floor under the set point
 //! sits at the set point's level), or rises above `worker.floorMax` (an outage is not a
-//! floor). `floorMax: 0`
-//! turns it off with the workers' own floor.
+//! floor). `floorMax: 0` turns it off with the workers' own floor.
 
 use std::time::Duration;
 
@@ -93,8 +91,8 @@ const ADOPT_LOW: f64 = 0.5;
 /// averages just under the set point (0.97 of it in the simulator's quota overload), and a
 /// large fleet's windows are precise enough to make that "significant".
 const BELOW_SET_POINT: f64 = 0.95;
-/// A floor ends when the failures fall to the set point or to this share of it, whichever is
-/// lower.
+/// A floor ends when the failures fall to the set point or to this share of the floor,
+/// whichever is lower.
 const HEALED: f64 = 0.5;
 /// Standard errors of the significance tests.
 const Z: f64 = 2.0;
