@@ -138,6 +138,31 @@ impl Supervised {
         matches!(self.watchdog.try_wait(), Ok(None))
     }
 
+    /// Waits until this server listens on `127.0.0.1:port`: something accepts connections
+    /// there ([`connect`]) *and* the listening socket belongs to this server's process tree
+    /// ([`listener_owned_by`]). False when the server exits first, `timeout` passes, or
+    /// another process holds the port: [`free_port`] releases its port before the server binds
+    /// it, and a bare probe would then take the other listener for this server.
+    pub fn wait_for_own_port(&mut self, port: u16, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return false;
+            }
+            if connect(port).is_some() {
+                let root = self.watchdog.id();
+                if listener_owned_by(port, root) {
+                    return true;
+                }
+                // The scan of /proc can race the server's fork and exec: look once more.
+                std::thread::sleep(Duration::from_millis(200));
+                return listener_owned_by(port, root);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
     /// Kills the server with SIGKILL (a crash: no graceful shutdown) and waits for it.
     pub fn kill(&mut self) {
         if !self.is_running() {
@@ -227,6 +252,93 @@ pub fn connect(port: u16) -> Option<std::net::TcpStream> {
     (s.local_addr().ok()?.port() != port).then_some(s)
 }
 
+/// Whether the socket listening on TCP `port` (any local address) is open in process `root` or
+/// one of its descendants, read from Linux's `/proc`: the listening socket's inode in
+/// `/proc/net/tcp{,6}`, and a `socket:[inode]` descriptor in `/proc/<pid>/fd`.
+pub fn listener_owned_by(port: u16, root: u32) -> bool {
+    let inodes = listening_inodes(port);
+    !inodes.is_empty()
+        && descendants(root)
+            .into_iter()
+            .any(|pid| holds_socket(pid, &inodes))
+}
+
+/// The inodes of the sockets in state LISTEN on `port`.
+fn listening_inodes(port: u16) -> Vec<u64> {
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        // `sl local_address rem_address st ... inode`: the address as hex `ADDR:PORT`, state
+        // 0A is LISTEN, the inode is the tenth field.
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "0A" {
+                continue;
+            }
+            let local = f[1].rsplit_once(':').map(|(_, p)| p);
+            if local.and_then(|p| u16::from_str_radix(p, 16).ok()) != Some(port) {
+                continue;
+            }
+            if let Ok(inode) = f[9].parse::<u64>()
+                && inode != 0
+            {
+                out.push(inode);
+            }
+        }
+    }
+    out
+}
+
+/// `root` and every process below it.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: the name may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|s| s.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while let Some(&p) = tree.get(i) {
+        tree.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    tree
+}
+
+/// Whether process `pid` has one of the sockets `inodes` open.
+fn holds_socket(pid: u32, inodes: &[u64]) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .ok()
+            .and_then(|l| {
+                let l = l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?;
+                l.parse::<u64>().ok()
+            })
+            .is_some_and(|i| inodes.contains(&i))
+    })
+}
+
 /// Waits until something accepts TCP connections on `127.0.0.1:port` ([`connect`]).
 pub fn wait_for_port(port: u16, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
@@ -272,6 +384,49 @@ mod tests {
         assert!(wait_exit(&mut p, Duration::from_secs(15)));
         assert_eq!(count(&log, "started"), 3, "{}", tail(&log, 20));
         assert_eq!(count(&log, "exited with status 2"), 2, "{}", tail(&log, 20));
+    }
+
+    /// A server that never binds its port while another process listens there: the bare probe
+    /// takes the other listener for it, the ownership check does not.
+    #[test]
+    fn another_process_on_the_port_is_not_taken_for_the_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = other.local_addr().unwrap().port();
+        let args = ["-c".to_owned(), "exec sleep 60".to_owned()];
+        let mut p =
+            Supervised::spawn("idle", Path::new("/bin/sh"), &args, &dir.path().join("l")).unwrap();
+        assert!(wait_for_port(port, Duration::from_secs(5)));
+        assert!(!p.wait_for_own_port(port, Duration::from_secs(5)));
+        assert!(p.is_running());
+    }
+
+    /// A server that listens on its port, from a child process (as `rabbitmq-server`'s script
+    /// starts the Erlang VM), is found as the owner.
+    #[test]
+    fn a_server_listening_from_a_child_process_owns_its_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port().unwrap();
+        let py = format!(
+            "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', {port}))\n\
+             s.listen()\ntime.sleep(60)"
+        );
+        let args = [
+            "-c".to_owned(),
+            format!("/usr/bin/python3 -c \"{py}\"; true"),
+        ];
+        let mut p = Supervised::spawn(
+            "listener",
+            Path::new("/bin/sh"),
+            &args,
+            &dir.path().join("l"),
+        )
+        .unwrap();
+        assert!(
+            p.wait_for_own_port(port, Duration::from_secs(15)),
+            "{}",
+            p.log_tail(10)
+        );
     }
 
     #[test]

@@ -120,7 +120,11 @@ impl RabbitMq {
                 &["-port".into(), self.epmd_port.to_string()],
                 &self.dir.join("epmd.log"),
             )?);
-            if !process::wait_for_port(self.epmd_port, Duration::from_secs(10)) {
+            let owned = self
+                .epmd
+                .as_mut()
+                .is_some_and(|e| e.wait_for_own_port(self.epmd_port, Duration::from_secs(10)));
+            if !owned {
                 return Err(Error::NotReady {
                     name: "epmd".into(),
                     timeout: Duration::from_secs(10),
@@ -166,7 +170,13 @@ impl RabbitMq {
         let deadline = Instant::now() + START_TIMEOUT;
         for port in [self.amqp_port, self.prometheus_port] {
             let left = deadline.saturating_duration_since(Instant::now());
-            if !process::wait_for_port(port, left) {
+            // The listener must be this broker's (its script's Erlang VM), not another
+            // process that took the port after it was picked.
+            let owned = self
+                .server
+                .as_mut()
+                .is_some_and(|s| s.wait_for_own_port(port, left));
+            if !owned {
                 let log = self.log_tail(30);
                 self.stop();
                 return Err(Error::NotReady {

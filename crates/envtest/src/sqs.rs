@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::Error;
-use crate::process::{Supervised, free_port, wait_for_port};
+use crate::process::{Supervised, free_port};
 
 /// The moto version `tools/sqs/moto.sh` installs by default.
 pub const MOTO_VERSION: &str = "5.1.22";
@@ -47,6 +47,9 @@ pub fn moto_server_bin() -> Result<PathBuf, Error> {
     .map_err(Error::Binaries)
 }
 
+/// How many ports [`Moto::start`] tries before it gives up.
+const ATTEMPTS: usize = 3;
+
 /// A running moto server. Stopped on drop.
 #[derive(Debug)]
 pub struct Moto {
@@ -56,31 +59,37 @@ pub struct Moto {
 
 impl Moto {
     /// Starts moto on a free port of 127.0.0.1, logging to `dir/moto.log`, and waits until it
-    /// accepts connections.
+    /// listens there. [`free_port`] releases its port before moto binds it, so another process
+    /// may take it in between: moto then exits, or a probe would reach the other listener. A
+    /// port is taken as moto's only when the listening socket is moto's
+    /// ([`Supervised::wait_for_own_port`]), and a lost port is retried on a new one.
     pub fn start(dir: &Path) -> Result<Moto, Error> {
         let bin = moto_server_bin()?;
-        let port = free_port()?;
         let log = dir.join("moto.log");
-        let process = Supervised::spawn(
-            "moto",
-            &bin,
-            &[
-                "-H".into(),
-                "127.0.0.1".into(),
-                "-p".into(),
-                port.to_string(),
-            ],
-            &log,
-        )?;
         let timeout = Duration::from_secs(30);
-        if !wait_for_port(port, timeout) {
-            return Err(Error::NotReady {
-                name: "moto".into(),
-                timeout,
-                log: process.log_tail(20),
-            });
+        for _ in 0..ATTEMPTS {
+            let port = free_port()?;
+            let mut process = Supervised::spawn(
+                "moto",
+                &bin,
+                &[
+                    "-H".into(),
+                    "127.0.0.1".into(),
+                    "-p".into(),
+                    port.to_string(),
+                ],
+                &log,
+            )?;
+            if process.wait_for_own_port(port, timeout) {
+                return Ok(Moto { process, port });
+            }
+            process.stop();
         }
-        Ok(Moto { process, port })
+        Err(Error::NotReady {
+            name: "moto".into(),
+            timeout,
+            log: crate::process::tail(&log, 20),
+        })
     }
 
     /// The endpoint URL (`http://127.0.0.1:<port>`), for `AWS_ENDPOINT_URL_SQS`.
