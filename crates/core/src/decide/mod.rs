@@ -18,14 +18,17 @@
 //!        └──────────────────────────── Recovering (staged ramp) ◄─┘──────┘
 //!          release evidence for release.for: backoff < release.backoffBelow, or
 //!          f ≤ s_eff with the fleet's failure floor, or
-//!          f ≤ s_eff and backoff ≤ hold.backoffAbove with a floor or no backlog withheld
+//!          f ≤ s_eff and backoff ≤ hold.backoffAbove with a floor, or
+//!          f ≤ s_eff with no pod withheld
 //! ```
 //!
-//! (*) With a failure floor, only while `f > s_eff`. `f` is the fleet's dependency failure rate
-//! and `s_eff` the effective set point ([`FleetMetrics::effective_set_point`]); an unknown
-//! failure rate counts as above it. The failure floor is the higher of the workers' (their own
-//! experiments) and the fleet's (its load test: failures that stayed where they were while the
-//! fleet's calls fell by a quarter or more, `floor.rs`).
+//! (*) With a failure floor, only while `f > s_eff`. The hold's clock also needs the hold to
+//! withhold pods (a backlog-only autoscaler would add some) or `f > s_eff`
+//! (`Decider::hold_evidence`). `f` is the fleet's dependency failure rate and `s_eff` the
+//! effective set point ([`FleetMetrics::effective_set_point`]); an unknown failure rate counts as
+//! above it. The failure floor is the higher of the workers' (their own experiments) and the
+//! fleet's (its load test: failures that stayed where they were while the fleet's calls fell by a
+//! quarter or more, `floor.rs`).
 //!
 //! * **Healthy / Backlogged**: HPA-like sizing from the queue ([`sizing`]): `Backlogged` when the
 //!   queue needs more than it gets. Scale-out is limited to `max(maxPods, maxPercent%)` per
@@ -415,10 +418,30 @@ impl Decider<'_> {
 
     /// Whether this observation is evidence for holding (the clock of `hold.for`,
     /// `status.tracking.aboveHoldSince`, runs while it is): the fleet backoff is above
-    /// `hold.backoffAbove`, and, where the workers report a failure floor, the fleet failure
-    /// rate is above the effective set point ([`Self::backoff_means_failure`]).
-    pub(super) fn hold_evidence(&self, b: f64) -> bool {
-        b > self.eff.scaling.hold.backoff_above && self.backoff_means_failure()
+    /// `hold.backoffAbove`, where the workers report a failure floor the fleet failure rate is
+    /// above the effective set point ([`Self::backoff_means_failure`]), and either the hold
+    /// would withhold pods (a backlog-only autoscaler would add some) or the failure rate is
+    /// above the effective set point (or unknown).
+    ///
+    /// A hold that withholds nothing while the dependency fails no more than the workers accept
+    /// protects nothing: it only keeps the pods a surge or a ramp left, and more pods than the
+    /// queue needs split the same calls into fewer outcomes each, so their integrators come
+    /// back from a burst more slowly (the simulator's scenario 8, seed 815: 33 pods held 43
+    /// minutes after a ramp was aborted on a burst, with no backlog and the failure rate under
+    /// the set point). As soon as a backlog asks for pods, the backoff counts again (and defers
+    /// the scale-out while `hold.for` runs). In Guard mode the hold always withholds
+    /// ([`Self::withholds`]).
+    pub(super) fn hold_evidence(&self, b: f64, sizing: &Sizing) -> bool {
+        b > self.eff.scaling.hold.backoff_above
+            && self.backoff_means_failure()
+            && (self.withholds(sizing) || self.failing_beyond_set_point())
+    }
+
+    /// Whether a hold would withhold pods: a backlog-only autoscaler would add some. Always in
+    /// Guard mode: the guarded autoscaler sizes from its own metrics (CPU, say), which this
+    /// sizing does not know, so the hold is the only guarantee that it does not scale out.
+    fn withholds(&self, sizing: &Sizing) -> bool {
+        self.eff.mode == Mode::Guard || sizing.replicas > self.current
     }
 
     /// Whether a fleet backoff above a threshold is evidence of a failing dependency: always,
@@ -448,8 +471,12 @@ impl Decider<'_> {
     ///   known and at or below the effective set point: the backoff counts no more than it does
     ///   for the hold ([`Self::backoff_means_failure`]), or
     /// - the failure rate is known and at or below the effective set point, the backoff at or
-    ///   below `hold.backoffAbove`, and either the workers report a failure floor or the hold
-    ///   withholds nothing (a backlog-only autoscaler would not add pods).
+    ///   below `hold.backoffAbove`, and either the workers report a failure floor or a
+    ///   backlog-only autoscaler would not add pods, or
+    /// - the failure rate is known and at or below the effective set point and the hold
+    ///   withholds nothing ([`Self::withholds`]: never in Guard mode), whatever the backoff: such
+    ///   a hold protects nothing ([`Self::hold_evidence`] does not run then either, so the
+    ///   release does not flap back).
     ///
     /// Why the backoff does not count with the fleet's floor: the pods that have not learned
     /// it yet throttle as for an overload (those of the simulator's scenario 7 stayed at full
@@ -481,11 +508,12 @@ impl Decider<'_> {
         let s = &self.eff.scaling;
         let fleet = &self.fleet;
         let floor = fleet.failure_floor.is_some_and(|f0| f0 > 0.0);
-        let withholds = sizing.replicas > self.current;
+        let more_pods = sizing.replicas > self.current;
         let known = fleet.failure_rate.is_some() && !self.failing_beyond_set_point();
         b < s.release.backoff_below
             || (self.tracking.fleet_floor.is_some() && known)
-            || ((floor || !withholds) && b <= s.hold.backoff_above && known)
+            || ((floor || !more_pods) && b <= s.hold.backoff_above && known)
+            || (!self.withholds(sizing) && known)
     }
 
     /// The dispatch once the fleet backoff and a sizing are known: update the hold and release
@@ -495,7 +523,7 @@ impl Decider<'_> {
         self.backoff = Some(b);
         let s = &self.eff.scaling;
         let now = self.now;
-        if self.hold_evidence(b) {
+        if self.hold_evidence(b, sizing) {
             self.tracking.above_hold_since.get_or_insert(Time(now));
         } else {
             self.tracking.above_hold_since = None;

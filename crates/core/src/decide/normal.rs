@@ -35,7 +35,7 @@ impl Decider<'_> {
         // count: more pods do not raise them, and the backlog they cause needs more pods.
         let set_point = self.fleet.effective_set_point(self.eff.worker.set_point);
         let failing = self.fleet.failure_rate.filter(|f| *f > set_point);
-        let pending = self.hold_evidence(b);
+        let pending = self.hold_evidence(b, sizing);
         out.deferral = if pending {
             Some(Deferral::HoldPending)
         } else if failing.is_some() {

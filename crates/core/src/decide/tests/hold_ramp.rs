@@ -437,3 +437,44 @@ fn a_ramp_is_aborted_by_failures_not_by_pods_learning_a_floor() {
     let d = w.step(15);
     assert_eq!(d.action, AbortRamp, "{}", d.reason);
 }
+
+/// A hold that withholds nothing (the queue needs no more pods) while the failure rate is under
+/// the set point protects nothing: it is released whatever the backoff, no new hold starts in
+/// that state, and the pods the queue does not need scale in. A backlog makes the backoff count
+/// again (no failure floor: the backoff alone holds).
+#[test]
+fn a_hold_that_withholds_nothing_under_the_set_point_ends_and_does_not_return() {
+    let mut w = World::new(defaults(), 8);
+    w.backoff(0.6).queue(Queue::Backlog);
+    w.step(0);
+    let d = w.step(30);
+    assert_eq!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+
+    // The backlog is served; the pods still throttle after a burst, 4 % of calls fail.
+    w.queue(Queue::Idle);
+    w.failure_rate = Some(0.04);
+    let d = first_release(&mut w);
+    assert_ne!(d.regime, Regime::DependencyFailing, "{}", d.reason);
+    let ds: Vec<Decision> = (0..40).map(|_| w.step(15)).collect();
+    assert!(
+        ds.iter().all(|d| d.regime != Regime::DependencyFailing),
+        "{:?}",
+        ds.iter().map(|d| &d.reason).collect::<Vec<_>>()
+    );
+    assert!(ds.last().unwrap().desired_replicas < 8);
+
+    // Failures above the set point hold even with nothing to withhold.
+    let c = w.current;
+    w.failure_rate = Some(0.08);
+    let ds: Vec<Decision> = (0..4).map(|_| w.step(15)).collect();
+    assert_eq!(ds.last().unwrap().regime, Regime::DependencyFailing);
+    assert!(ds.iter().all(|d| d.desired_replicas <= c));
+
+    // Under the set point again, then a backlog: the backoff alone holds it.
+    w.failure_rate = Some(0.04);
+    first_release(&mut w);
+    w.queue(Queue::Backlog);
+    let ds: Vec<Decision> = (0..4).map(|_| w.step(15)).collect();
+    assert!(ds.iter().all(|d| d.desired_replicas <= d.current_replicas));
+    assert_eq!(ds.last().unwrap().regime, Regime::DependencyFailing);
+}
