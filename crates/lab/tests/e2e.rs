@@ -118,7 +118,7 @@ async fn quota_overload() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "e2e, passes only when the floor is found early (issue 13, docs/lab/README.md); make e2e-partial-failure"]
+#[ignore = "e2e: several minutes with real processes; make e2e (alone: make e2e-partial-failure)"]
 async fn partial_failure() {
     scenario("partial-failure").await;
 }
